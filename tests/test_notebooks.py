@@ -1,0 +1,23 @@
+"""Every module notebook runs under pytest: one test per notebook, so a failing cell shows up in
+the pytest summary with the notebook's name. Cells flagged with the project's `tst_flags`
+(`slow`, `gpu`) are skipped here exactly as `nbdev-test` skips them."""
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NBS = sorted(p for p in (ROOT / "nbs").glob("*.ipynb") if not p.name.startswith("_"))
+
+
+def test_there_are_notebooks():
+    assert len(NBS) >= 5, NBS
+
+
+@pytest.mark.parametrize("nb", NBS, ids=[p.stem for p in NBS])
+def test_notebook_runs(nb, capsys):
+    from nbdev.config import get_config
+    from nbdev.test import test_nb
+
+    flags = get_config(ROOT).tst_flags.split()
+    ok, secs = test_nb(nb, skip_flags=flags, basepath=ROOT, showerr=True)
+    assert ok, f"{nb.name} failed (the cell's traceback is in the captured stderr above)"
