@@ -52,6 +52,8 @@ d = { 'settings': { 'branch': 'main',
                               'gradian.core.stable_hash': ('core.html#stable_hash', 'gradian/core.py'),
                               'gradian.core.write_json': ('core.html#write_json', 'gradian/core.py')},
             'gradian.demo': {'gradian.demo.demo_model_path': ('demo.html#demo_model_path', 'gradian/demo.py')},
+            'gradian.grads.loss': { 'gradian.grads.loss.per_example_ce': ('grads.loss.html#per_example_ce', 'gradian/grads/loss.py'),
+                                    'gradian.grads.loss.span_ce': ('grads.loss.html#span_ce', 'gradian/grads/loss.py')},
             'gradian.model.core': { 'gradian.model.core._from_pretrained_args': ( 'model.core.html#_from_pretrained_args',
                                                                                   'gradian/model/core.py'),
                                     'gradian.model.core.load_tokenizer': ('model.core.html#load_tokenizer', 'gradian/model/core.py')}}}
