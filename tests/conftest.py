@@ -12,3 +12,11 @@ def smol_path():
 def smol_tokenizer(smol_path):
     from gradian.model.core import load_tokenizer
     return load_tokenizer(smol_path)
+
+
+@pytest.fixture(scope="session")
+def smol_model(smol_path):
+    """(model, tokenizer) of the embedded model, loaded once (through the GGUF cache) and shared.
+    Tests must not change it: attach LoRA to a `copy.deepcopy(model)` instead."""
+    from gradian.model.core import load_model
+    return load_model(smol_path)
