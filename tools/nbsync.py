@@ -17,12 +17,13 @@ def to_nb(src, dst, execute=True):
     nb = jupytext.read(src, fmt="py:percent")
     nb.metadata = {"kernelspec": KERNEL}
     for c in nb.cells: c.metadata = {k: v for k, v in c.metadata.items() if k == "tags"}
-    dst = Path(dst); nbformat.write(nb, dst)
-    if execute:
-        subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--inplace",
-                        "--ExecutePreprocessor.timeout=1200", dst.name], cwd=dst.parent, check=True)
-    subprocess.run(["nbdev-clean", "--fname", str(dst)], check=True)
-    subprocess.run(["nbdev-export"], check=True)
+    dst = Path(dst)
+    if execute:   # nbclient (a papermill dependency) runs it with nbs/ as the working directory
+        from nbclient import NotebookClient
+        NotebookClient(nb, timeout=1200, kernel_name="python3", resources={"metadata": {"path": str(dst.parent.resolve())}}).execute()
+    nbformat.write(nb, dst)
+    subprocess.run([str(Path(sys.executable).with_name("nbdev-clean")), "--fname", str(dst)], check=True)
+    subprocess.run([str(Path(sys.executable).with_name("nbdev-export"))], check=True)
 
 if __name__ == "__main__":
     a = sys.argv[1:]
