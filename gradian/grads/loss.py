@@ -12,20 +12,30 @@ import torch.nn.functional as F
 from ..core import GradianError
 
 # %% auto #0
-__all__ = ['per_example_ce', 'span_ce']
+__all__ = ['target_positions', 'packed_ce', 'per_example_ce', 'span_ce']
 
 # %% ../../nbs/05_grads.loss.ipynb #3b70202e
+def target_positions(supervised:torch.Tensor) -> torch.Tensor:
+    "Boolean (batch, length) mask of the positions whose logits predict a supervised token (token t is predicted at t-1)."
+    keep = torch.zeros_like(supervised, dtype=torch.bool)
+    keep[:, :-1] = supervised[:, 1:].bool()
+    return keep
+
+def packed_ce(row_logits:torch.Tensor, row_targets:torch.Tensor, row_example:torch.Tensor, n_examples:int,
+              reduction:str="mean") -> torch.Tensor:
+    "Per-example CE from logits already gathered at target positions: `row_logits` (n_rows, vocab), `row_example` the example of each row."
+    if reduction not in ("mean", "sum"): raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+    nll = F.cross_entropy(row_logits.float(), row_targets, reduction="none")   # the only upcast: supervised rows
+    total = torch.zeros(n_examples, dtype=nll.dtype, device=nll.device).index_add(0, row_example, nll)
+    if reduction == "sum": return total
+    count = torch.zeros(n_examples, dtype=nll.dtype, device=nll.device).index_add(0, row_example, torch.ones_like(nll))
+    return total / count.clamp(min=1)
+
 def per_example_ce(logits:torch.Tensor, input_ids:torch.Tensor, supervised:torch.Tensor,
                    reduction:str="mean") -> torch.Tensor:
     "Cross-entropy of each sequence over its supervised target tokens: shape (batch,). `supervised[b, t]` marks token t as a target."
-    if reduction not in ("mean", "sum"): raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
-    tgt_mask = supervised[:, 1:].bool()                        # token t is predicted at position t-1
-    b_idx, t_idx = tgt_mask.nonzero(as_tuple=True)
-    picked = logits[b_idx, t_idx].float()                      # (n_supervised, vocab): the only upcast
-    nll = F.cross_entropy(picked, input_ids[b_idx, t_idx + 1], reduction="none")
-    total = torch.zeros(logits.shape[0], dtype=nll.dtype, device=nll.device).index_add(0, b_idx, nll)
-    if reduction == "sum": return total
-    return total / tgt_mask.sum(1).clamp(min=1)
+    b_idx, t_idx = target_positions(supervised).nonzero(as_tuple=True)
+    return packed_ce(logits[b_idx, t_idx], input_ids[b_idx, t_idx + 1], b_idx, logits.shape[0], reduction)
 
 # %% ../../nbs/05_grads.loss.ipynb #b087aff4
 def span_ce(logits:torch.Tensor, input_ids:torch.Tensor, supervised:torch.Tensor, span:torch.Tensor,
