@@ -14,7 +14,8 @@ from .core import GradianError
 from .config import load_config, format_config_help
 
 # %% auto #0
-__all__ = ['COMMANDS', 'command', 'cmd_doctor', 'format_findings', 'cmd_check', 'build_parser', 'main']
+__all__ = ['COMMANDS', 'INDEX_FLAGS', 'command', 'cmd_doctor', 'format_findings', 'cmd_check', 'resolve_device', 'apply_flags',
+           'add_index_flags', 'cmd_index', 'cmd_show_index', 'build_parser', 'main']
 
 # %% ../nbs/18_cli.ipynb #a4b226ed
 COMMANDS = {}
@@ -77,6 +78,81 @@ def cmd_check(args, cfg) -> int:
     worst = SEVERITIES.index(args.fail_on)
     return int(any(SEVERITIES.index(f.severity) <= worst for f in findings))
 cmd_check.add_args = _check_args
+
+# %% ../nbs/18_cli.ipynb #c44d357c
+def resolve_device(device:str) -> str:
+    "'auto' is cuda when a GPU is visible, else cpu."
+    import torch
+    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+
+def _opt_int(v:str):
+    "An int, or None for 'none'/'exact' (as for --projection-dim none)."
+    return None if str(v).lower() in ("none", "exact", "null") else int(v)
+
+INDEX_FLAGS = {"module_filter": "index.module_filter", "projection_dim": "index.projection_dim", "projection_seed": "index.projection_seed",
+               "projection_kind": "index.projection_kind", "fp16_store": "index.fp16_store", "grad_batch_size": "index.grad_batch_size",
+               "shard_size": "index.shard_size", "max_seq_length": "data.max_seq_length", "model": "model.name_or_path",
+               "adapter": "model.adapter", "data": "data.train", "out": "index.out"}
+
+def apply_flags(cfg, args, flags:dict):
+    "Copy every flag the user gave (not None / not False) onto its config key, with the config's type checks."
+    from gradian.config import set_key
+    for attr, key in flags.items():
+        v = getattr(args, attr, None)
+        if v is not None and v is not False: set_key(cfg, key, v)
+    return cfg
+
+def add_index_flags(p):
+    "The index flags shared by `gradian index` and `gradian analyze`."
+    p.add_argument("--module-filter", metavar="REGEX", help="index only LoRA modules whose name matches, e.g. down_proj")
+    p.add_argument("--projection-dim", type=_opt_int, metavar="K", help="JL projection dimension per block, or 'none' for exact gradients")
+    p.add_argument("--projection-seed", type=int, metavar="S"); p.add_argument("--projection-kind", choices=("sjlt", "rademacher", "gaussian"))
+    p.add_argument("--fp16-store", action="store_true", default=None, help="store gradients as float16")
+    p.add_argument("--grad-batch-size", type=int, metavar="B", help="examples per batched forward+backward (lower it on out-of-memory)")
+    p.add_argument("--max-seq-length", type=int, metavar="N", help="token budget per example")
+    p.add_argument("--shard-size", type=int, metavar="N", help="examples per shard file (default: about 256 MB per shard)")
+
+# %% ../nbs/18_cli.ipynb #2039770f
+def _index_args(p):
+    p.add_argument("--model", metavar="M", help="base model: HF id, folder, .gguf, or 'embedded'")
+    p.add_argument("--adapter", metavar="DIR", help="PEFT LoRA adapter folder of the fine-tune")
+    p.add_argument("--data", metavar="JSONL", help="training data the adapter was trained on")
+    p.add_argument("--out", metavar="DIR", help="index folder (created; resumed when it holds a partial build)")
+    add_index_flags(p)
+    p.add_argument("--overwrite", action="store_true", help="replace an index built with other settings")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+@command("index", "capture, project and store per-example LoRA gradients of the training data")
+def cmd_index(args, cfg) -> int:
+    from gradian.data import load_train
+    from gradian.index import build_index, describe_index
+    from gradian.model.core import load_model
+    apply_flags(cfg, args, INDEX_FLAGS)
+    if not cfg.data.train: raise GradianError("no training data given", fix="pass --data train.jsonl")
+    if not cfg.model.adapter: raise GradianError("no adapter given: the index holds gradients of LoRA weights", fix="pass --adapter DIR")
+    if not cfg.index.out: raise GradianError("no output folder given", fix="pass --out DIR")
+    examples = load_train(cfg.data.train, cfg.data.split if Path(cfg.data.train).is_dir() else None)
+    model, tok = load_model(cfg.model.name_or_path, adapter=cfg.model.adapter, dtype=cfg.model.dtype, device=resolve_device(cfg.model.device))
+    ix = cfg.index
+    idx = build_index(model, tok, examples, ix.out, module_filter=ix.module_filter, projection_dim=ix.projection_dim,
+                      projection_seed=ix.projection_seed, projection_kind=ix.projection_kind, fp16_store=ix.fp16_store,
+                      grad_batch_size=ix.grad_batch_size, max_seq_length=cfg.data.max_seq_length, shard_size=ix.shard_size,
+                      refs=dict(model=cfg.model.name_or_path, adapter=cfg.model.adapter, data=cfg.data.train),
+                      overwrite=args.overwrite, progress=not args.no_progress)
+    print(f"indexed {idx.n} examples into {idx.path} ({idx.dim} dims per example, {idx.nbytes():,} bytes)")
+    return 0
+cmd_index.add_args = _index_args
+
+def _show_args(p):
+    p.add_argument("dir", metavar="DIR", help="index folder"); p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+
+@command("show-index", "print what a gradient index holds: blocks, dims, dtype, counts, bytes, manifest")
+def cmd_show_index(args, cfg) -> int:
+    from gradian.index import GradientIndex, describe_index
+    idx = GradientIndex(args.dir)
+    print(json.dumps(idx.manifest, indent=2) if args.json else describe_index(idx))
+    return 0
+cmd_show_index.add_args = _show_args
 
 # %% ../nbs/18_cli.ipynb #336a9025
 def build_parser() -> argparse.ArgumentParser:

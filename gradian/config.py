@@ -72,10 +72,12 @@ class EvaluationConfig:
 @dataclass
 class IndexConfig:
     module_filter: Optional[str] = opt(None, "regex on adapted module names to index (e.g. 'down_proj'); default all LoRA blocks")
-    projection_dim: Optional[int] = opt(None, "JL projection dimension k per block; none stores exact gradients")
+    projection_dim: Optional[int] = opt(1024, "JL projection dimension k per block (blocks up to k entries stay exact); none stores exact gradients")
     projection_seed: int = opt(0, "seed of the JL projection")
+    projection_kind: str = opt("sjlt", "JL map: sparse (hashed, never stored), or dense Rademacher/Gaussian drawn in chunks", ("sjlt", "rademacher", "gaussian"))
     fp16_store: bool = opt(False, "store gradients as float16 (half the disk, nearly free in accuracy)")
-    grad_batch_size: int = opt(8, "examples per batched forward+backward when capturing gradients")
+    grad_batch_size: int = opt(8, "examples per batched forward+backward when capturing gradients (lower it first on out-of-memory)")
+    shard_size: Optional[int] = opt(None, "examples per shard file; none picks about 256 MB per shard")
     out: Optional[str] = opt(None, "index folder")
 
 @dataclass

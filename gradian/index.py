@@ -6,7 +6,7 @@ Docs: https://gradian-dev.github.io/gradian/index.html.md"""
 
 # %% ../nbs/08_index.ipynb #19baaab9
 from __future__ import annotations
-import json, math, os, shutil, sys, tempfile
+import json, math, os, shutil, sys, tempfile, time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -99,6 +99,7 @@ def _prepare_dir(out:Path, manifest:dict, ids:list, overwrite:bool) -> None:
     elif out.exists() and any(out.iterdir()) and not overwrite:
         raise GradianError(f"{out} exists and is not a gradient index", fix="pass an empty or new --out folder")
     (out/"shards").mkdir(parents=True, exist_ok=True)
+    for stale in (out/"shards").glob(".*.tmp"): stale.unlink()      # left by a build killed mid-write
     if not mpath.exists():
         atomic_write(out/"ids.json", json.dumps(ids) + "\n")
         write_json(mpath, manifest)
@@ -113,8 +114,8 @@ def build_index(model, tokenizer, examples:Sequence, out, *, module_filter:str|N
                 projection_seed:int=0, projection_kind:str="sjlt", fp16_store:bool=False, grad_batch_size:int=8,
                 max_seq_length:int|None=None, shard_size:int|None=None, refs:dict|None=None, overwrite:bool=False,
                 progress:bool=False) -> "GradientIndex":
-    "Capture, project and store the per-example LoRA gradients of `examples`; resumes an interrupted build in `out`."
-    out = Path(out)
+    "Capture, project and store the per-example LoRA gradients of `examples`; resumes an interrupted build in `out`. `.build_timings` of the result splits setup (fingerprints, tokenization) from capture+write."
+    out, t0 = Path(out), time.perf_counter()
     if not examples: raise GradianError("no training examples to index")
     blocks = lora_blocks(model, module_filter)
     capture = GradientCapture(model, projectors=block_projectors(blocks, projection_dim, projection_seed, projection_kind), blocks=blocks)
@@ -127,13 +128,14 @@ def build_index(model, tokenizer, examples:Sequence, out, *, module_filter:str|N
                          max_seq_length=max_seq_length, shard_size=shard_size, grad_batch_size=grad_batch_size, reps_dim=reps_dim, refs=refs)
     _prepare_dir(out, man, [e.id for e in examples], overwrite)
     tokenized = tokenize_examples(examples, tokenizer, max_seq_length)
-    bar = _progress(len(examples), progress, "indexing")
+    bar, t1, n_tok = _progress(len(examples), progress, "indexing"), time.perf_counter(), 0
     for s in range(man["n_shards"]):
         lo, hi = s * shard_size, min((s + 1) * shard_size, len(examples))
         aux_p, grads_p = _shard_paths(out, s)
         if grads_p.exists() and aux_p.exists():
             if bar: bar.update(hi - lo)
             continue
+        n_tok += sum(len(t.input_ids) for t in tokenized[lo:hi])
         G = np.zeros((hi - lo, capture.dim), dtype=store)
         aux = np.zeros((hi - lo, len(AUX_FIXED) + len(capture.blocks) + reps_dim), dtype=np.float32)
         for pos, batch in iter_batches(tokenized[lo:hi], grad_batch_size, tokenizer.pad_token_id):
@@ -148,7 +150,9 @@ def build_index(model, tokenizer, examples:Sequence, out, *, module_filter:str|N
             if bar: bar.update(len(pos))
         _save_npy(aux_p, aux); _save_npy(grads_p, G)
     if bar: bar.close()
-    return GradientIndex(out)
+    idx = GradientIndex(out)
+    idx.build_timings = dict(setup_s=t1 - t0, capture_and_write_s=time.perf_counter() - t1, tokens=n_tok)
+    return idx
 
 def block_sqnorms(G:torch.Tensor, offsets, dims) -> torch.Tensor:
     "(n, n_blocks) squared L2 norm of each block's slice of the rows of `G`."

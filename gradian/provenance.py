@@ -57,7 +57,8 @@ def adapter_fingerprint(model) -> str|None:
     lora = [(n, p) for n, p in model.named_parameters() if _is_lora(n)]
     if not lora: return None
     cfg = getattr(model, "peft_config", {}) or {}
-    settings = {k: {f: str(getattr(c, f, None)) for f in ("r", "lora_alpha", "target_modules", "use_rslora", "use_dora")} for k, c in cfg.items()}
+    plain = lambda v: sorted(map(str, v)) if isinstance(v, (set, frozenset, list, tuple)) else str(v)   # sets: no process-dependent order
+    settings = {k: {f: plain(getattr(c, f, None)) for f in ("r", "lora_alpha", "target_modules", "use_rslora", "use_dora")} for k, c in cfg.items()}
     return stable_hash(tensors_fingerprint(lora), settings)
 
 # %% ../nbs/08a_provenance.ipynb #b4540b99

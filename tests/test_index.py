@@ -1,0 +1,116 @@
+"""gradian index / show-index as a user runs them, on a tiny random Llama saved to disk with a real PEFT adapter folder:
+fp16 halves the store, --module-filter keeps only those blocks, a killed build resumes byte-identically,
+mismatched settings are refused with the field names."""
+import copy, json, os, signal, subprocess, sys, time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gradian.index import GradientIndex, check_query_manifest, query_manifest, make_capture
+
+GRADIAN = str(Path(sys.executable).with_name("gradian"))
+
+
+@pytest.fixture(scope="module")
+def tiny_dirs(tmp_path_factory, smol_tokenizer):
+    "A tiny random Llama (with the SmolLM2 tokenizer) saved as a model folder, a LoRA adapter folder, and chat data."
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from gradian.model.core import attach_lora
+    root = tmp_path_factory.mktemp("tiny")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(smol_tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    base = LlamaForCausalLM(cfg)
+    base.save_pretrained(root / "model"); smol_tokenizer.save_pretrained(root / "model")
+    attach_lora(copy.deepcopy(base), r=4, target_modules=["q_proj", "v_proj", "down_proj"], seed=1).save_pretrained(root / "adapter")
+    rows = [{"id": f"r{i}", "prompt": f"What is {i} plus {i % 9}?", "completion": f"{i} plus {i % 9} is {i + i % 9}." + " Sure." * (i % 3)}
+            for i in range(1200)]
+    (root / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (root / "small.jsonl").write_text("\n".join(json.dumps(r) for r in rows[:40]) + "\n")
+    return root
+
+
+def _index(d, out, *extra, data="small.jsonl", check=True):
+    r = subprocess.run([GRADIAN, "index", "--model", d / "model", "--adapter", d / "adapter", "--data", d / data, "--out", out,
+                        "--no-progress", *map(str, extra)], capture_output=True, text=True, timeout=600)
+    if check: assert r.returncode == 0, r.stderr
+    return r
+
+
+def _files(d: Path) -> dict:
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_fp16_store_is_half_the_bytes(tiny_dirs, tmp_path):
+    a = GradientIndex(_index(tiny_dirs, tmp_path / "f32", "--projection-dim", "none") and tmp_path / "f32")
+    b = GradientIndex(_index(tiny_dirs, tmp_path / "f16", "--projection-dim", "none", "--fp16-store") and tmp_path / "f16")
+    assert a.manifest["store_dtype"] == "float32" and b.manifest["store_dtype"] == "float16"
+    header = 128 * a.n_shards                                   # .npy headers are 128 bytes each
+    assert (b.nbytes() - header) * 2 == a.nbytes() - header
+    assert np.allclose(b.grads(), a.grads(), rtol=1e-2, atol=1e-3 * np.abs(a.grads()).max())
+
+
+def test_module_filter_and_show_index(tiny_dirs, tmp_path):
+    _index(tiny_dirs, tmp_path / "dp", "--module-filter", "down_proj", "--projection-dim", 64)
+    idx = GradientIndex(tmp_path / "dp")
+    assert {b["module"].split(".")[-1] for b in idx.blocks} == {"down_proj"} and len(idx.blocks) == 4
+    assert idx.manifest["module_filter"] == "down_proj"
+    out = subprocess.run([GRADIAN, "show-index", tmp_path / "dp"], capture_output=True, text=True, check=True).stdout
+    assert "model.layers.*.mlp.down_proj.lora_A" in out and "model.layers.*.mlp.down_proj.lora_B" in out
+    assert "q_proj" not in out.split("manifest:")[0] and "module filter: down_proj" in out
+    assert f"{idx.n} in {idx.n_shards} shards" in out and "float32" in out
+    js = json.loads(subprocess.run([GRADIAN, "show-index", tmp_path / "dp", "--json"], capture_output=True, text=True, check=True).stdout)
+    assert js == idx.manifest
+    # every down_proj block (A: 4x48, B: 32x4) is larger than k=64, so the store is n x 4 blocks x 64 x 4 bytes (+ .npy headers)
+    assert all(b["dim"] == 64 for b in idx.blocks)
+    expected = idx.n * 4 * 64 * 4
+    assert idx.nbytes() >= expected and (idx.nbytes() - expected) / expected < 0.01
+
+
+def test_filter_matching_nothing_is_a_clear_error(tiny_dirs, tmp_path):
+    r = _index(tiny_dirs, tmp_path / "x", "--module-filter", "gate_proj", check=False)
+    assert r.returncode == 2 and "matches none of the" in r.stderr and "down_proj" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_killed_build_resumes_byte_identical(tiny_dirs, tmp_path):
+    full = tmp_path / "full"
+    _index(tiny_dirs, full, "--shard-size", 16, "--grad-batch-size", 8, data="train.jsonl")
+    part = tmp_path / "part"
+    p = subprocess.Popen([GRADIAN, "index", "--model", tiny_dirs / "model", "--adapter", tiny_dirs / "adapter", "--data",
+                          tiny_dirs / "train.jsonl", "--out", part, "--no-progress", "--shard-size", "16", "--grad-batch-size", "8"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and len(list((part / "shards").glob("*.grads.npy"))) < 3 and p.poll() is None: time.sleep(0.01)
+    p.send_signal(signal.SIGKILL); p.wait()
+    n_done = len(list((part / "shards").glob("*.grads.npy")))
+    n_total = json.loads((full / "manifest.json").read_text())["n_shards"]
+    assert 3 <= n_done < n_total, f"the kill did not land mid-build ({n_done} of {n_total} shards)"
+    with pytest.raises(Exception, match="incomplete"):
+        GradientIndex(part)
+    _index(tiny_dirs, part, "--shard-size", 16, "--grad-batch-size", 8, data="train.jsonl")
+    assert _files(part) == _files(full)
+
+
+def test_other_settings_refuse_to_resume_and_name_the_fields(tiny_dirs, tmp_path):
+    _index(tiny_dirs, tmp_path / "i", "--projection-dim", 64)
+    r = _index(tiny_dirs, tmp_path / "i", "--projection-dim", 32, "--fp16-store", check=False)
+    assert r.returncode == 2 and "built with other settings" in r.stderr
+    for f in ("projection", "store_dtype", "blocks"): assert f in r.stderr
+    assert _index(tiny_dirs, tmp_path / "i", "--projection-dim", 32, "--overwrite").returncode == 0
+    assert GradientIndex(tmp_path / "i").manifest["projection"]["dim"] == 32
+
+
+def test_query_from_mismatched_manifest_is_refused(tiny_dirs, tmp_path):
+    from gradian.model.core import load_model
+    _index(tiny_dirs, tmp_path / "i", "--projection-dim", 64)
+    idx = GradientIndex(tmp_path / "i")
+    model, tok = load_model(tiny_dirs / "model", adapter=tiny_dirs / "adapter")
+    cap = make_capture(idx, model, tok)
+    good = query_manifest(model, tok, cap, None, idx.manifest["projection"])
+    check_query_manifest(idx, good)
+    bad = {**good, "projection": {**good["projection"], "seed": 7}, "adapter": {"fingerprint": "0000"}}
+    with pytest.raises(Exception) as e:
+        check_query_manifest(idx, bad)
+    assert "adapter.fingerprint" in str(e.value) and "projection" in str(e.value) and "model.fingerprint" not in str(e.value).split("):")[0]
