@@ -30,7 +30,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=64); ap.add_argument("--queries", type=int, default=8)
     ap.add_argument("--ks", default="64,256,1024,4096"); ap.add_argument("--kind", default="sjlt")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0); ap.add_argument("--s", type=int, default=1, help="sjlt nonzeros per coordinate")
     a = ap.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     base, tok = load_model("embedded")
@@ -63,7 +63,7 @@ def main(argv=None):
     ref = {e: scores(exact, Q, e) for e in ("graddot", "datainf")}
     print(f"{'k':>6} {'engine':>8} {'median rho':>11} {'min rho':>8} {'bytes/example':>14}")
     for k in [int(x) for x in a.ks.split(",")]:
-        projs = block_projectors(cap.blocks, k, 0, a.kind)
+        projs = block_projectors(cap.blocks, k, 0, a.kind, **({"s": a.s} if a.kind == "sjlt" else {}))
         def proj(M): return torch.cat([projs[b.name](M[:, o:o + d]) if b.name in projs else M[:, o:o + d] for b, o, d in zip(cap.blocks, cap.offsets, cap.dims)], 1)
         dims = [projs[b.name].k_out if b.name in projs else b.n_params for b in cap.blocks]
         pidx, Qp = MemIndex(proj(G), cap.blocks, dims), proj(Q)

@@ -84,6 +84,23 @@ def _save_npy(path:Path, arr:np.ndarray):
     except BaseException:
         Path(tmp).unlink(missing_ok=True); raise
 
+class _RowWriter:
+    "A .npy file of shape (n, D) filled row by row at any position (pwrite), so no shard is held in memory; renamed into place by `close`."
+    def __init__(self, path:Path, n:int, dim:int, dtype):
+        self.path, self.dtype = path, np.dtype(dtype)
+        fd, self.tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        self.f = os.fdopen(fd, "wb+")
+        np.lib.format.write_array_header_1_0(self.f, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (n, dim)})
+        self.head, self.row = self.f.tell(), dim * self.dtype.itemsize
+        self.f.truncate(self.head + n * self.row); self.f.flush()
+    def write(self, rows:Sequence[int], values:np.ndarray):
+        values = np.ascontiguousarray(values, dtype=self.dtype)
+        for r, v in zip(rows, values): os.pwrite(self.f.fileno(), v.tobytes(), self.head + r * self.row)
+    def close(self):
+        self.f.flush(); os.fsync(self.f.fileno()); self.f.close(); os.replace(self.tmp, self.path)
+    def abort(self):
+        self.f.close(); Path(self.tmp).unlink(missing_ok=True)
+
 def _shard_paths(root:Path, i:int) -> tuple[Path, Path]:
     return root/"shards"/f"{i:05d}.aux.npy", root/"shards"/f"{i:05d}.grads.npy"
 
@@ -136,19 +153,22 @@ def build_index(model, tokenizer, examples:Sequence, out, *, module_filter:str|N
             if bar: bar.update(hi - lo)
             continue
         n_tok += sum(len(t.input_ids) for t in tokenized[lo:hi])
-        G = np.zeros((hi - lo, capture.dim), dtype=store)
+        rows = _RowWriter(grads_p, hi - lo, capture.dim, store)
         aux = np.zeros((hi - lo, len(AUX_FIXED) + len(capture.blocks) + reps_dim), dtype=np.float32)
-        for pos, batch in iter_batches(tokenized[lo:hi], grad_batch_size, tokenizer.pad_token_id):
-            g, losses, reps = capture(batch, want_reps=reps_dim > 0)
-            g = g.to(torch.float16 if fp16_store else torch.float32)
-            G[pos] = g.cpu().numpy()
-            aux[pos, 0] = losses.cpu().numpy()
-            aux[pos, 1] = [len(tokenized[lo + p].input_ids) for p in pos]
-            aux[pos, 2] = [tokenized[lo + p].n_supervised for p in pos]
-            aux[pos, 3:3 + len(capture.blocks)] = block_sqnorms(g.float(), capture.offsets, capture.dims).cpu().numpy()
-            if reps_dim: aux[pos, 3 + len(capture.blocks):] = reps.cpu().numpy()
-            if bar: bar.update(len(pos))
-        _save_npy(aux_p, aux); _save_npy(grads_p, G)
+        try:
+            for pos, batch in iter_batches(tokenized[lo:hi], grad_batch_size, tokenizer.pad_token_id):
+                g, losses, reps = capture(batch, want_reps=reps_dim > 0)
+                g = g.to(torch.float16 if fp16_store else torch.float32)
+                rows.write(pos, g.cpu().numpy())
+                aux[pos, 0] = losses.cpu().numpy()
+                aux[pos, 1] = [len(tokenized[lo + p].input_ids) for p in pos]
+                aux[pos, 2] = [tokenized[lo + p].n_supervised for p in pos]
+                aux[pos, 3:3 + len(capture.blocks)] = block_sqnorms(g.float(), capture.offsets, capture.dims).cpu().numpy()
+                if reps_dim: aux[pos, 3 + len(capture.blocks):] = reps.cpu().numpy()
+                if bar: bar.update(len(pos))
+        except BaseException:
+            rows.abort(); raise
+        _save_npy(aux_p, aux); rows.close()                                   # grads last: its presence marks the shard done
     if bar: bar.close()
     idx = GradientIndex(out)
     idx.build_timings = dict(setup_s=t1 - t0, capture_and_write_s=time.perf_counter() - t1, tokens=n_tok)

@@ -55,7 +55,7 @@ class Projector:
 class SparseJL(Projector):
     "Sparse JL: each input coordinate goes to `s` outputs (one per segment) with a hashed sign, weight 1/sqrt(s)."
     kind = "sjlt"
-    def __init__(self, d, k, seed=0, name="", s:int=4, chunk:int=1 << 20, cache:bool=True):
+    def __init__(self, d, k, seed=0, name="", s:int=1, chunk:int=1 << 20, cache:bool=True):
         super().__init__(d, k, seed, name)
         self.s = max(1, min(s, k))
         while k % self.s: self.s -= 1                     # segments must tile k
@@ -63,24 +63,22 @@ class SparseJL(Projector):
     def spec(self): return {**super().spec(), **({"s": self.s} if self.d > self.k else {})}
 
     def _table(self, lo:int, hi:int, j:int, device):
-        "Target positions and signs of input coordinates [lo, hi) in segment j."
+        "Where input coordinates [lo, hi) land in segment j: position, plus k when the sign is negative."
         key = (lo, j, str(device))
         if key in self._tables: return self._tables[key]
         i = torch.arange(lo, hi, dtype=torch.int64, device=device)
         h = _mix32((i * 0x9E3779B1 + _key(self.seed, self.name, j)) & _M32)
-        pos = (h % self.m) + j * self.m
-        sign = 1.0 - 2.0 * ((_mix32(h ^ 0x5BD1E995) >> 7) & 1).float()
-        if self.cache: self._tables[key] = (pos, sign)
-        return pos, sign
+        neg = (_mix32(h ^ 0x5BD1E995) >> 7) & 1
+        pos = (h % self.m) + j * self.m + neg * self.k
+        if self.cache: self._tables[key] = pos
+        return pos
 
     def _project(self, g):
-        out = torch.zeros(g.shape[0], self.k, dtype=torch.float32, device=g.device)
+        out = torch.zeros(g.shape[0], 2 * self.k, dtype=torch.float32, device=g.device)   # [positive half | negative half]
         for lo in range(0, self.d, self.chunk):
-            hi, gc = min(lo + self.chunk, self.d), g[:, lo:lo + self.chunk].float()
-            for j in range(self.s):
-                pos, sign = self._table(lo, hi, j, g.device)
-                out.index_add_(1, pos, gc * sign)
-        return out / math.sqrt(self.s)
+            gc = g[:, lo:lo + self.chunk].float()
+            for j in range(self.s): out.index_add_(1, self._table(lo, min(lo + self.chunk, self.d), j, g.device), gc)
+        return (out[:, :self.k] - out[:, self.k:]) / math.sqrt(self.s)
 
 # %% ../nbs/07_projection.ipynb #f7b658bb
 class _DenseJL(Projector):
