@@ -6,7 +6,7 @@ Docs: https://gradian-dev.github.io/gradian/provenance.html.md"""
 
 # %% ../nbs/08a_provenance.ipynb #c76298c0
 from __future__ import annotations
-import hashlib, importlib.metadata, platform
+import hashlib, importlib.metadata, json, platform
 from typing import Any, Iterable
 
 import numpy as np
@@ -65,7 +65,9 @@ def adapter_fingerprint(model) -> str|None:
 def tokenizer_fingerprint(tokenizer) -> str:
     "Fingerprint of the tokenizer's vocabulary/merges, special tokens, BOS rule and chat template."
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    body = backend.to_str() if backend is not None else sorted(tokenizer.get_vocab().items())
+    if backend is not None:        # padding/truncation are call-time state that a padded call leaves behind, not the vocabulary
+        body = {k: v for k, v in json.loads(backend.to_str()).items() if k not in ("padding", "truncation")}
+    else: body = sorted(tokenizer.get_vocab().items())
     special = {k: str(getattr(tokenizer, k, None)) for k in ("bos_token", "eos_token", "pad_token", "add_bos_token", "padding_side")}
     return stable_hash(body, special, tokenizer.chat_template or "")
 
