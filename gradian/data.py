@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -17,7 +17,8 @@ from .core import DataError, GradianError
 
 # %% auto #0
 __all__ = ['ROLES', 'FORMATS_HELP', 'METRICS', 'END_OF_TURN', 'Example', 'row_to_messages', 'load_train', 'EvalItem', 'load_eval',
-           'TokenizedExample', 'assistant_segments', 'tokenize_example', 'tokenize_examples', 'length_facts']
+           'TokenizedExample', 'assistant_segments', 'tokenize_example', 'tokenize_examples', 'span_token_masks',
+           'length_facts']
 
 # %% ../nbs/02_data.ipynb #01f9c7c2
 ROLES = ("system", "user", "assistant", "tool")
@@ -254,6 +255,26 @@ def tokenize_example(example:Example, tokenizer, max_seq_length:int|None=None) -
 def tokenize_examples(examples:Iterable[Example], tokenizer, max_seq_length:int|None=None) -> list[TokenizedExample]:
     "`tokenize_example` over a dataset."
     return [tokenize_example(e, tokenizer, max_seq_length) for e in examples]
+
+# %% ../nbs/02_data.ipynb #e6384098
+def span_token_masks(example:Example, tokenizer, spans:Sequence[tuple[int, int]], turn:int=-1,
+                     max_seq_length:int|None=None) -> tuple[TokenizedExample, list[list[bool]]]:
+    "The tokenized example and, per (start, end) character range of assistant message `turn`'s content, its supervised-token mask."
+    te = tokenize_example(example, tokenizer, max_seq_length)
+    if not getattr(tokenizer, "chat_template", None): raise GradianError("span masks need a chat template to locate the answer", fix="use a model with a chat template")
+    text, segs = assistant_segments(example, tokenizer)
+    turns = [m for m in example.messages if m["role"] == "assistant"]
+    content, (a, _) = turns[turn]["content"], segs[turn]
+    c = text.find(content, a) if content else a
+    bos = tokenizer.bos_token
+    _, offs = _encode(tokenizer, text, add_special=not (bool(bos) and text.startswith(bos)))
+    offs = offs[:len(te.input_ids)]
+    masks = []
+    for s0, s1 in spans:
+        if not 0 <= s0 <= s1 <= len(content): raise GradianError(f"span ({s0}, {s1}) lies outside the answer of {example.id!r} ({len(content)} characters)")
+        lo, hi = c + s0, c + s1
+        masks.append([bool(sup) and e > lo and s < hi for (s, e), sup in zip(offs, te.supervised)])
+    return te, masks
 
 # %% ../nbs/02_data.ipynb #23dcff42
 def _q(xs, q): return int(np.ceil(np.percentile(xs, q))) if len(xs) else 0
