@@ -79,6 +79,10 @@ def cmd_check(args, cfg) -> int:
     return int(any(SEVERITIES.index(f.severity) <= worst for f in findings))
 cmd_check.add_args = _check_args
 
+# %% ../nbs/18_cli.ipynb #907706b6
+from .model.backends import cmd_train, TRAIN_HELP
+command("train", TRAIN_HELP)(cmd_train)
+
 # %% ../nbs/18_cli.ipynb #c44d357c
 def resolve_device(device:str) -> str:
     "'auto' is cuda when a GPU is visible, else cpu."

@@ -57,6 +57,12 @@ class TrainingConfig:
     epochs: float = opt(3.0, "training epochs")
     batch_size: int = opt(8, "examples per optimizer step")
     seed: int = opt(0, "training seed")
+    max_steps: Optional[int] = opt(None, "stop after this many optimizer steps (overrides epochs); none trains for `epochs`")
+    logging_steps: int = opt(5, "optimizer steps between two logged (and printed) training losses")
+    warmup_steps: int = opt(0, "linear learning-rate warmup steps")
+    lr_scheduler: str = opt("linear", "learning-rate schedule after warmup", ("linear", "constant", "cosine"))
+    weight_decay: float = opt(0.0, "AdamW weight decay on the LoRA weights")
+    out: Optional[str] = opt(None, "adapter folder that `gradian train` writes")
 
 # %% ../nbs/01_config.ipynb #0cd619ad
 @dataclass
