@@ -74,6 +74,9 @@ class EvaluationConfig:
     n_bootstrap: int = opt(2000, "paired bootstrap resamples for the delta CI")
     confidence: float = opt(0.95, "confidence level of the delta CI")
     seed: int = opt(0, "bootstrap seed")
+    min_items: int = opt(8, "fewest items a capability needs before its regression may be attributed")
+    attribute_proxy: bool = opt(False, "also attribute regressions measured by the loglik proxy metric")
+    minimal_pair: bool = opt(True, "contrastive queries as minimal pairs: the reference placed in the generation's own format")
 
 @dataclass
 class IndexConfig:
@@ -99,6 +102,9 @@ class ClusterConfig:
     n_clusters: Optional[int] = opt(None, "number of clusters; none chooses by silhouette")
     embedder: str = opt("all-MiniLM-L6-v2", "sentence embedder; 'tfidf' forces the TF-IDF+SVD fallback")
     seed: int = opt(0, "clustering seed")
+    accuse_z: float = opt(3.5, "an example is accused when its score is below median - accuse_z * 1.4826 * MAD (and negative)")
+    n_random: int = opt(2000, "random groups per cluster for its significance test")
+    alpha: float = opt(0.05, "significance level a harmful cluster must reach to be reported as the cause")
 
 @dataclass
 class ReportConfig:

@@ -141,7 +141,7 @@ class EvalItem:
     source_path: str|None = None
     source_line: int|None = None
 
-def _eval_item(row, n, path) -> EvalItem:
+def _eval_item(row, n, path, default_metric:str="exact_match") -> EvalItem:
     w = dict(path=str(path), line=n)
     if not isinstance(row, dict): raise DataError(f"expected a JSON object, got {type(row).__name__}", **w, fix='write each row as {"prompt": ..., "answer": ...}')
     if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
@@ -152,17 +152,17 @@ def _eval_item(row, n, path) -> EvalItem:
             raise DataError("expected a non-empty list of strings", field="answers", **w, fix='write "answers": ["<answer>", ...]')
     elif "answer" in row and isinstance(row["answer"], (str, int, float)): ans = [row["answer"]]
     else: raise DataError("missing answer", field="answer", **w, fix='add "answer": "<reference>" or "answers": [...]')
-    metric = row.get("metric", "exact_match")
+    metric = row.get("metric") or default_metric
     if metric not in METRICS: raise DataError(f"unknown metric {metric!r}", field="metric", **w, fix=f"use one of {', '.join(METRICS)}")
     cap = row.get("capability") or "default"
     rid = str(row["id"]) if row.get("id") is not None else f"row-{n}"
     return EvalItem(rid, row["prompt"], [str(a) for a in ans], str(cap), metric, str(path), n)
 
-def load_eval(path) -> list[EvalItem]:
-    "Load eval items from a JSONL file, validating every row."
+def load_eval(path, default_metric:str|None=None) -> list[EvalItem]:
+    "Load eval items from a JSONL file, validating every row; rows without a metric get `default_metric` (exact_match)."
     out, seen = [], {}
     for n, row in _iter_jsonl(Path(path)):
-        it = _eval_item(row, n, path)
+        it = _eval_item(row, n, path, default_metric or "exact_match")
         if it.id in seen: raise DataError(f"duplicate id {it.id!r} (first used at line {seen[it.id]})", path=str(path), line=n, field="id", fix="give every item a unique id")
         seen[it.id] = n; out.append(it)
     return out

@@ -152,6 +152,9 @@ def _model_identity(model_ref, model) -> dict:
         if "gguf_file" in kw: d["gguf_sha256_16"] = hash_file(Path(src)/kw["gguf_file"])
     cfg = getattr(model, "config", None)
     if cfg is not None: d.update(model_type=cfg.model_type, config_sha256_16=stable_hash(cfg.to_diff_dict()))
+    if model is not None:
+        from gradian.provenance import model_fingerprint
+        d["fingerprint"] = model_fingerprint(model)       # content of the base weights: what `gradian analyze` checks an adapter against
     return d
 
 # %% ../../../nbs/04a_model.backends.ipynb #52a60bfc
