@@ -14,8 +14,9 @@ from .core import GradianError
 from .config import load_config, format_config_help
 
 # %% auto #0
-__all__ = ['COMMANDS', 'INDEX_FLAGS', 'command', 'cmd_doctor', 'format_findings', 'cmd_check', 'resolve_device', 'apply_flags',
-           'add_index_flags', 'cmd_index', 'cmd_show_index', 'build_parser', 'main']
+__all__ = ['COMMANDS', 'INDEX_FLAGS', 'ANALYZE_FLAGS', 'command', 'cmd_doctor', 'format_findings', 'cmd_check', 'resolve_device',
+           'apply_flags', 'add_index_flags', 'cmd_index', 'cmd_show_index', 'cmd_analyze', 'cmd_demo', 'build_parser',
+           'main']
 
 # %% ../nbs/18_cli.ipynb #a4b226ed
 COMMANDS = {}
@@ -157,6 +158,46 @@ def cmd_show_index(args, cfg) -> int:
     print(json.dumps(idx.manifest, indent=2) if args.json else describe_index(idx))
     return 0
 cmd_show_index.add_args = _show_args
+
+# %% ../nbs/18_cli.ipynb #1dad28c5
+ANALYZE_FLAGS = {**INDEX_FLAGS, "eval": "data.eval", "out": "report.out", "engine": "engine.name", "query_signal": "evaluation.query_signal"}
+
+def _analyze_args(p):
+    p.add_argument("--model", metavar="M", help="base model: HF id, folder, .gguf, or 'embedded'")
+    p.add_argument("--adapter", metavar="DIR", help="PEFT LoRA adapter folder of the fine-tune under diagnosis")
+    p.add_argument("--data", metavar="JSONL", help="training data the adapter was trained on")
+    p.add_argument("--eval", metavar="JSONL", help="capability eval set: prompt, answer(s), metric, capability")
+    p.add_argument("--out", metavar="DIR", help="report folder (default: report.out)")
+    p.add_argument("--index", metavar="DIR", help="gradient index to reuse (built there when absent; default: OUT/index)")
+    p.add_argument("--engine", choices=("datainf", "graddot", "repsim", "ekfac"), help="influence engine (default: engine.name)")
+    p.add_argument("--query-signal", choices=("auto", "classic", "contrastive"), help="query gradient (default: evaluation.query_signal)")
+    add_index_flags(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+@command("analyze", "diagnose a fine-tune: evaluate, gate, attribute the regression to training data, write the report")
+def cmd_analyze(args, cfg) -> int:
+    from gradian.analyze import analyze
+    apply_flags(cfg, args, ANALYZE_FLAGS)
+    if not cfg.model.adapter: raise GradianError("no adapter given", fix="pass --adapter DIR (the PEFT adapter of the fine-tune)")
+    a = analyze(cfg.model.name_or_path, cfg.model.adapter, cfg.data.train, cfg.data.eval, cfg.report.out, cfg=cfg, index=args.index,
+                progress=not args.no_progress)
+    return 0
+cmd_analyze.add_args = _analyze_args
+
+def _demo_args(p):
+    p.add_argument("--out", metavar="DIR", default="gradian-demo", help="folder for the data, adapter and report (default: gradian-demo)")
+    p.add_argument("--family", default="capital", choices=("capital", "opposite", "language", "plural"), help="fact family to plant wrong answers in")
+    p.add_argument("--seed", type=int, default=0, help="scenario and training seed")
+    p.add_argument("--truncate-planted", action="store_true", help="also make the planted answers run past max_seq_length (a mechanical defect)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+@command("demo", "plant wrong facts in a fine-tuning set, train the embedded model on it, and diagnose it")
+def cmd_demo(args, cfg) -> int:
+    from gradian.demo import run_demo
+    run_demo(args.out, args.family, seed=args.seed, truncate_planted=args.truncate_planted, overrides=args.overrides, progress=not args.no_progress,
+             training=dict(seed=args.seed))
+    return 0
+cmd_demo.add_args = _demo_args
 
 # %% ../nbs/18_cli.ipynb #336a9025
 def build_parser() -> argparse.ArgumentParser:
