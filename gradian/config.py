@@ -93,7 +93,7 @@ class IndexConfig:
 class EngineConfig:
     name: str = opt("datainf", "influence engine", ("graddot", "datainf", "repsim", "ekfac"))
     lambda_scale: float = opt(0.1, "DataInf damping: lambda_l = lambda_scale * mean ||g_il||^2")
-    normalize: str = opt("none", "per-example gradient normalisation before scoring", ("none", "l2"))
+    normalize: str = opt("l2", "per-example gradient normalisation before scoring: l2 (cosine; the default, since examples the fine-tune fitted well have vanishing gradients) or none", ("none", "l2"))
     datainf_layer: str = opt("module", "DataInf curvature unit: one LoRA module, or its A and B blocks separately", ("module", "block"))
 
 @dataclass

@@ -51,26 +51,31 @@ def _head_input_hook(model, store:dict):
     return head.register_forward_pre_hook(lambda m, args: store.__setitem__("h", args[0]))
 
 def supervised_losses(model, batch:Batch, want_reps:bool=False):
-    "Per-example mean CE over supervised tokens, shape (B,), and (optionally) the mean last hidden state at the target positions, (B, H)."
+    "Per-example mean CE over supervised tokens, shape (B,), and (optionally) the mean last hidden state over the supervised tokens, (B, H)."
     keep = target_positions(batch.supervised)
+    rows = keep | batch.supervised.bool() if want_reps else keep            # answer tokens' own positions too, for the hidden states
     b_idx, t_idx = keep.nonzero(as_tuple=True)
     targets, store = batch.input_ids[b_idx, t_idx + 1], {}
     handle = _head_input_hook(model, store) if want_reps else None
     kw = dict(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids, use_cache=False)
     try:
-        try: logits = model(**kw, logits_to_keep=keep).logits
+        try: logits = model(**kw, logits_to_keep=rows).logits
         except TypeError: logits = None
-        packed = logits is not None and logits.dim() == 2 and logits.shape[0] == len(b_idx)
-        if not packed:
-            logits = model(**kw).logits[b_idx, t_idx]
-            if want_reps: store["h"] = store["h"][b_idx, t_idx]
+        packed = logits is not None and logits.dim() == 2 and logits.shape[0] == int(rows.sum())
+        if packed: h_rows = store.get("h")
+        else:
+            full = model(**kw).logits
+            logits = full[rows]
+            if want_reps: h_rows = store["h"][rows]
     finally:
         if handle is not None: handle.remove()
-    losses = packed_ce(logits, targets, b_idx, len(batch))
+    sel = keep[rows]                                                       # which kept rows are loss rows (same order as keep.nonzero())
+    losses = packed_ce(logits[sel], targets, b_idx, len(batch))
     if not want_reps: return losses, None
-    h = store["h"].float()
-    cnt = torch.zeros(len(batch), device=h.device).index_add(0, b_idx, torch.ones_like(b_idx, dtype=h.dtype))
-    reps = torch.zeros(len(batch), h.shape[-1], device=h.device).index_add(0, b_idx, h) / cnt.clamp(min=1)[:, None]
+    h = h_rows.float()[batch.supervised.bool()[rows]]
+    sb = batch.supervised.bool().nonzero(as_tuple=True)[0]
+    cnt = torch.zeros(len(batch), device=h.device).index_add(0, sb, torch.ones_like(sb, dtype=h.dtype))
+    reps = torch.zeros(len(batch), h.shape[-1], device=h.device).index_add(0, sb, h) / cnt.clamp(min=1)[:, None]
     return losses, reps
 
 # %% ../../nbs/06_grads.capture.ipynb #1def5336
