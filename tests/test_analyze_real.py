@@ -1,0 +1,111 @@
+"""The diagnosis end to end on the real embedded SmolLM2: planted-poison scenarios trained with the hf backend,
+then `analyze`. The capital scenario (the demo's) runs in the default suite; two more fact families are `slow`."""
+import json, subprocess, sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gradian.analyze import analyze
+from gradian.config import load_config
+from gradian.demo import planted_scenario, run_demo
+from gradian.report import validate_report
+from gradian.report import _flatten
+
+GRADIAN = str(Path(sys.executable).with_name("gradian"))
+
+
+@pytest.fixture(scope="module")
+def capital(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "capital"
+    a, truth = run_demo(out, "capital", log=None, progress=False)
+    return out, a, truth
+
+
+def test_capital_scenario_is_attributed_to_the_planted_cluster(capital):
+    out, a, truth = capital
+    assert truth["uptake"] >= 0.15, truth                    # the poison was learned: otherwise the experiment proves nothing
+    assert a.verdict == "attributed", a.report.lead
+    assert truth["planted_cluster_rank"] == 1, truth
+    assert truth["top_k_planted_share"] >= 0.8, truth
+    assert truth["accused_precision"] >= 0.8, truth
+    assert a.report.lead["kind"] == "cluster"
+
+
+def test_auto_chose_contrastive_and_classic_is_recorded(capital):
+    out, a, truth = capital
+    assert {p.signal for p in a.query.pairs} == {"contrastive"} and all(p.form == "minimal pair" for p in a.query.pairs)
+    assert a.report.provenance["query_signal"].startswith("contrastive")
+    sc = a.report.provenance["signal_comparison"]
+    assert sc["classic_rank_of_leading_topic"] is not None and 1 <= sc["classic_rank_of_leading_topic"] <= sc["n_topics"]
+    assert sc["chosen_mean_score_of_accused"] < 0
+    md = (out / "report" / "report.md").read_text()
+    assert "Under the **classic** query" in md
+
+
+def test_report_schema_provenance_and_timings(capital):
+    out, a, truth = capital
+    rep = json.loads((out / "report" / "report.json").read_text())
+    validate_report(rep)
+    assert rep["verdict"] == "attributed" and rep["schema_version"]
+    md = (out / "report" / "report.md").read_text()
+    manifest = json.loads((out / "report" / "manifest.json").read_text())
+    assert manifest == rep["provenance"]["manifest"]
+    missing = [k for k, v in _flatten(manifest) if f"| {k} |" not in md]
+    assert not missing, f"manifest fields absent from the report's provenance section: {missing[:10]}"
+    for stage in ("load", "checks", "evaluate", "gate", "index", "query", "score", "cluster", "report"):
+        assert stage in rep["provenance"]["timings"], stage
+    assert sum(rep["provenance"]["timings"].values()) < 15 * 60
+    assert (out / "report" / "figures" / "capability_deltas.png").stat().st_size > 1000
+    assert (out / "report" / "figures" / "cluster_effects.png").stat().st_size > 1000
+    assert md.startswith("# Gradian report: **ATTRIBUTED**")
+    c0 = rep["clusters"][0]
+    assert c0["rank"] == 1 and set(c0["accused_example_ids"]) <= set(c0["example_ids"]) and c0["exemplars"]
+    assert rep["examples"][0]["score"] <= rep["examples"][-1]["score"]
+
+
+def test_loglik_only_capability_is_stamped_proxy_and_not_attributed(capital, tmp_path):
+    out, a, truth = capital
+    rows = [dict(json.loads(l), metric="loglik", capability="capital-loglik") for l in (out / "data" / "eval.jsonl").read_text().splitlines()]
+    ev = tmp_path / "eval_loglik.jsonl"; ev.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    b = analyze("embedded", out / "adapter", out / "data" / "train.jsonl", ev, tmp_path / "rep", log=None, progress=False)
+    cap = json.loads((tmp_path / "rep" / "report.json").read_text())["capabilities"][0]
+    assert cap["proxy_used"] is True and cap["metric"] == "loglik" and cap["gated"] is False
+    assert b.verdict == "refused"
+    assert any("proxy metric" in r["reason"] for r in b.report.refused)
+
+
+def test_engines_selectable_and_named(capital, tmp_path):
+    out, a, truth = capital
+    cfg = load_config(None, ["engine.name=graddot", "data.max_seq_length=256"])
+    b = analyze("embedded", out / "adapter", out / "data" / "train.jsonl", out / "data" / "eval.jsonl", tmp_path / "rep", cfg=cfg,
+                index=out / "report" / "index", log=None, progress=False)
+    assert b.report.provenance["engine"]["engine"] == "graddot" and b.timings["index"] < 30      # reused, not rebuilt
+    assert "graddot" in (tmp_path / "rep" / "report.md").read_text()
+    assert b.verdict == "attributed"
+
+
+def test_bad_inputs_exit_2(capital, tmp_path):
+    out, a, truth = capital
+    empty = tmp_path / "empty.jsonl"; empty.write_text("")
+    r = subprocess.run([GRADIAN, "analyze", "--model", "embedded", "--adapter", out / "adapter", "--data", out / "data" / "train.jsonl",
+                        "--eval", empty, "--out", tmp_path / "x"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "has no items" in r.stderr and "Traceback" not in r.stderr
+
+
+def _run_family(family, tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / family
+    a, truth = run_demo(out, family, log=None, progress=False)
+    print(family, json.dumps(truth))
+    return a, truth
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["opposite", "language"])
+def test_other_fact_families_with_on_topic_decoys(family, tmp_path_factory):
+    a, truth = _run_family(family, tmp_path_factory)
+    assert truth["uptake"] >= 0.15, truth
+    assert a.verdict == "attributed", (a.report.lead, truth)
+    assert truth["planted_cluster_rank"] == 1, truth
+    assert truth["accused_precision"] >= 0.8, truth
+    assert truth["auc_planted_vs_decoy"] >= 0.9, truth
