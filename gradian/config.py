@@ -111,6 +111,8 @@ class ClusterConfig:
 class ReportConfig:
     out: str = opt("gradian-report", "report folder")
     top_k: int = opt(20, "examples listed in the report")
+    span_min_tokens: int = opt(80, "examples with at least this many supervised tokens are drilled into sentence by sentence")
+    span_examples: int = opt(3, "how many of the most harmful long examples get a span drill-down")
 
 @dataclass
 class GradianConfig:

@@ -50,8 +50,8 @@ def _head_input_hook(model, store:dict):
     if head is None: return None
     return head.register_forward_pre_hook(lambda m, args: store.__setitem__("h", args[0]))
 
-def supervised_losses(model, batch:Batch, want_reps:bool=False):
-    "Per-example mean CE over supervised tokens, shape (B,), and (optionally) the mean last hidden state over the supervised tokens, (B, H)."
+def supervised_losses(model, batch:Batch, want_reps:bool=False, reduction:str="mean"):
+    "Per-example CE over supervised tokens (mean, or sum), shape (B,), and (optionally) the mean last hidden state over the supervised tokens, (B, H)."
     keep = target_positions(batch.supervised)
     rows = keep | batch.supervised.bool() if want_reps else keep            # answer tokens' own positions too, for the hidden states
     b_idx, t_idx = keep.nonzero(as_tuple=True)
@@ -70,7 +70,7 @@ def supervised_losses(model, batch:Batch, want_reps:bool=False):
     finally:
         if handle is not None: handle.remove()
     sel = keep[rows]                                                       # which kept rows are loss rows (same order as keep.nonzero())
-    losses = packed_ce(logits[sel], targets, b_idx, len(batch))
+    losses = packed_ce(logits[sel], targets, b_idx, len(batch), reduction)
     if not want_reps: return losses, None
     h = h_rows.float()[batch.supervised.bool()[rows]]
     sb = batch.supervised.bool().nonzero(as_tuple=True)[0]
@@ -115,8 +115,8 @@ class GradientCapture:
         p = self.projectors.get(self.blocks[i].name)
         out[:, self.offsets[i]:self.offsets[i] + self.dims[i]] = g.flatten(1) if p is None else p(g.flatten(1))
 
-    def __call__(self, batch:Batch, want_reps:bool=False):
-        "(grads (B, D) float32, losses (B,), reps (B, H) or None) for `batch`."
+    def __call__(self, batch:Batch, want_reps:bool=False, reduction:str="mean"):
+        "(grads (B, D) float32, losses (B,), reps (B, H) or None) for `batch`; `reduction='sum'` sums each row's token losses instead of averaging."
         dev = next(self.model.parameters()).device
         batch = batch.to(dev)
         out = torch.zeros(len(batch), self.dim, dtype=torch.float32, device=dev)
@@ -147,7 +147,7 @@ class GradientCapture:
                 for j, (a, b, w) in enumerate(self.pairs):
                     handles.append(w.lora_A[a.adapter].register_forward_hook(hook_A(j)))
                     handles.append(w.lora_B[b.adapter].register_forward_hook(hook_B(j, w.lora_B[b.adapter])))
-                losses, reps = supervised_losses(self.model, batch, want_reps)
+                losses, reps = supervised_losses(self.model, batch, want_reps, reduction)
                 if probes: torch.autograd.grad(losses.sum(), probes, allow_unused=True)
             finally:
                 for h in handles: h.remove()
