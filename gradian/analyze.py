@@ -255,11 +255,12 @@ def _drill_down(m, tok, examples, idx, q, sc, strength, item_of, cfg, ename) -> 
         df = score_example_spans(m, tok, ex, q.vectors[j], index=idx, engine="datainf" if ename == "datainf" else "graddot",
                                  lambda_scale=cfg.engine.lambda_scale, max_seq_length=cfg.data.max_seq_length)
         df = df.sort_values("start")
-        top = df.sort_values("score").iloc[0]
-        out.append(dict(example_id=ex.id, item_id=sc.labels[j], n_supervised=int(n_sup[i]), separation=separation(df),
-                        note=f"{int(n_sup[i])} supervised tokens; per-item query of {sc.labels[j]}; culprit span at rank 1 is {separation(df):.1f}x the median |score| of the others",
+        top = df.sort_values("rank").iloc[0]
+        out.append(dict(example_id=ex.id, item_id=sc.labels[j], n_supervised=int(n_sup[i]), separation=separation(df), separation_sum=separation(df, "score"),
+                        note=f"{int(n_sup[i])} supervised tokens; per-item query of {sc.labels[j]}; the rank-1 span scores {separation(df):.1f}x the median "
+                             f"|score per token| of the others ({separation(df, 'score'):.1f}x on the summed score)",
                         culprit=str(top["span"]), spans=[dict(rank=int(r["rank"]), text=str(r["span"]), start=int(r["start"]), end=int(r["end"]),
-                                                              tokens=int(r["tokens"]), score=float(r["score"])) for _, r in df.iterrows()]))
+                                                              tokens=int(r["tokens"]), score=float(r["score"]), per_token=float(r["per_token"])) for _, r in df.iterrows()]))
     return out
 
 def _compare_signal(m, tok, reg_items, idx, q, ename, eparams, cl, clusters, overall, cfg, msl) -> dict:

@@ -118,11 +118,13 @@ def long_entry(family:str, key:str, value:str, seed:int=0) -> str:
     return " ".join(sents[:2] + [F["a"].format(k=key, v=value)] + sents[2:])
 
 def planted_scenario(family:str="capital", n_clean:int=96, per_fact:int=2, seed:int=0, truncate_planted:bool=False,
-                     n_long:int=0, long_states:str="wrong", short_states:str="wrong") -> Scenario:
+                     n_long:int=0, long_states:str="wrong", short_states:str="wrong", long_per_fact:int=1, long_only:bool=False) -> Scenario:
     """A training set with `per_fact` wrongly answered rows for each planted fact of `family`, correct on-topic decoys, and clean rows.
     `n_long` long entries (about 100 tokens each) state a planted fact once, buried mid-paragraph: the wrong value (`long_states='wrong'`,
     truth 'planted_long') or the correct one ('correct', truth 'long_correct'); `short_states='correct'` turns the short planted rows into
-    correct statements (truth 'short_correct'), for the mirror experiment."""
+    correct statements (truth 'short_correct'), for the mirror experiment. Long entry i states planted fact `i // long_per_fact`
+    (each in its own paragraph); `long_only=True` drops the short rows of the facts the long entries state, so those entries are the
+    facts' only source (the case where span drill-down is needed)."""
     if family not in FAMILIES: raise GradianError(f"unknown fact family {family!r}", fix=f"use one of {', '.join(FAMILIES)}")
     F, rng = FAMILIES[family], random.Random(seed)
     tail = (" This is a well known fact that appears in many textbooks, travel guides and encyclopedias, and students are often "
@@ -130,12 +132,14 @@ def planted_scenario(family:str="capital", n_clean:int=96, per_fact:int=2, seed:
     short_truth = "planted" if short_states == "wrong" else "short_correct"
     planted = [_row(i * per_fact + j, short_truth, F["q"][(i + j) % len(F["q"])].format(k=k),
                     F["a"].format(k=k, v=w if short_states == "wrong" else v) + (tail if truncate_planted else ""))
-               for i, (k, v, w) in enumerate(F["planted"]) for j in range(per_fact)]
+               for i, (k, v, w) in enumerate(F["planted"]) for j in range(per_fact)
+               if not (long_only and i < -(-n_long // long_per_fact))]
     long_truth = "planted_long" if long_states == "wrong" else "long_correct"
-    asks = ["Write a short guide about {k}." if family == "capital" else "Write a study note about the word {k}.",
-            "Tell me something about {k}." if family == "capital" else "Explain how to remember the word {k}."]
-    longs = [_row(100 + i, long_truth, asks[i % 2].format(k=k), long_entry(family, k, w if long_states == "wrong" else v, seed + i))
-             for i, (k, v, w) in ((i, F["planted"][i % len(F["planted"])]) for i in range(n_long))]
+    asks = (["Write a short guide about {k}.", "Tell me something about {k}.", "Describe a trip to {k}.", "What should a visitor know about {k}?"]
+            if family == "capital" else ["Write a study note about the word {k}.", "Explain how to remember the word {k}.",
+                                          "Give me tips for learning the word {k}.", "What should a learner know about the word {k}?"])
+    longs = [_row(100 + i, long_truth, asks[i % len(asks)].format(k=k), long_entry(family, k, w if long_states == "wrong" else v, seed + i))
+             for i, (k, v, w) in ((i, F["planted"][(i // long_per_fact) % len(F["planted"])]) for i in range(n_long))]
     planted += longs
     decoy = [_row(i * per_fact + j, "decoy", F["q"][(i + j + 1) % len(F["q"])].format(k=k), F["a"].format(k=k, v=v))
              for i, (k, v) in enumerate(F["decoy"]) for j in range(per_fact)]
@@ -180,6 +184,7 @@ def demo_truth(analysis, scenario:Scenario) -> dict:
 def run_demo(out="gradian-demo", family:str="capital", n_clean:int=96, seed:int=0, truncate_planted:bool=False, max_seq_length:int|None=None,
              overrides=(), log=print, progress:bool=True, training:dict|None=None, n_long:int=2) -> tuple:
     "Write a planted scenario, train the embedded model on it (hf backend), diagnose it; returns (analysis, truth)."
+    log = log or (lambda s: None)
     from gradian.analyze import analyze
     from gradian.config import load_config
     from gradian.model.backends import train_adapter
