@@ -29,7 +29,7 @@ from .report import Report
 from .query.spans import score_example_spans, separation
 
 # %% auto #0
-__all__ = ['Stages', 'check_adapter_base', 'cross_reference', 'Analysis', 'engine_params', 'analyze']
+__all__ = ['Stages', 'check_adapter_base', 'overlap_p_value', 'cross_reference', 'Analysis', 'engine_params', 'analyze']
 
 # %% ../nbs/17_analyze.ipynb #07682cd7
 class Stages:
@@ -67,20 +67,29 @@ def _load(model, tokenizer, adapter, cfg):
     return m, tok
 
 # %% ../nbs/17_analyze.ipynb #7701ad39
-def cross_reference(clusters:Sequence, findings:Sequence[Finding], alpha:float=0.05) -> list[Finding]:
-    "`attribution.cluster_matches_data_defect` findings for significant harmful clusters that overlap a flagged defect."
+def overlap_p_value(n_total:int, n_flagged:int, n_accused:int, overlap:int) -> float:
+    "P(at least `overlap` flagged among `n_accused` examples drawn at random from `n_total`, `n_flagged` of them flagged)."
+    from scipy.stats import hypergeom
+    return float(hypergeom.sf(overlap - 1, n_total, n_flagged, n_accused))
+
+def cross_reference(clusters:Sequence, findings:Sequence[Finding], alpha:float=0.05, n_examples:int|None=None) -> list[Finding]:
+    "`attribution.cluster_matches_data_defect` findings for harmful clusters whose accused members are mostly flagged by a defect check."
     out = []
     for c in clusters:
-        if c.score >= 0 or c.harm_p >= alpha: continue
+        if c.score >= 0: continue
         accused = set(c.accused_example_ids) or set(c.example_ids)
         for f in findings:
             if f.severity == "info" or not f.example_ids or f.check_id.startswith("attribution."): continue
-            both = sorted(accused & set(map(str, f.example_ids)))
-            if len(both) >= 2 and len(both) >= 0.5 * len(accused):
-                out.append(Finding("attribution.cluster_matches_data_defect", "error",
-                                   f"harmful cluster {c.id} ({c.label}) coincides with {f.check_id}: {len(both)} of its {len(accused)} accused examples "
-                                   f"are flagged by that check. Fix the defect first: it explains the regression mechanically.",
-                                   both, details=dict(cluster=c.id, check_id=f.check_id, overlap=len(both), share=len(both) / len(accused))))
+            flagged = set(map(str, f.example_ids)); both = sorted(accused & flagged)
+            if len(both) < 2 or len(both) < 0.5 * len(accused): continue
+            p_overlap = overlap_p_value(n_examples, len(flagged), len(accused), len(both)) if n_examples else None
+            if c.harm_p >= alpha and (p_overlap is None or p_overlap >= alpha): continue
+            out.append(Finding("attribution.cluster_matches_data_defect", "error",
+                               f"harmful cluster {c.id} ({c.label}) coincides with {f.check_id}: {len(both)} of its {len(accused)} accused examples "
+                               f"are flagged by that check" + (f" (chance overlap p = {p_overlap:.2g})" if p_overlap is not None else "")
+                               + ". Fix the defect first: it explains the regression mechanically.",
+                               both, details=dict(cluster=c.id, check_id=f.check_id, overlap=len(both), share=len(both) / len(accused),
+                                                  cluster_p=float(c.harm_p), overlap_p=p_overlap)))
     return out
 
 # %% ../nbs/17_analyze.ipynb #7ac0bad5
@@ -212,8 +221,9 @@ def _attribute(res, m, tok, examples, items, gated, cfg, st, index, out, ename, 
             reg_items.append(by_id[r.id])
             if r.tuned_output is not None: gens[r.id] = r.tuned_output
     with st("query", f"{ev.query_signal} query gradients of {len(reg_items)} regressed items"):
+        # queries are eval sequences (prompt + answer), not training rows: the training cut (max_seq_length) does not apply to them
         q = build_query(m, tok, reg_items, idx, signal=ev.query_signal, generations=gens, per_item=True, batch_size=ix.grad_batch_size,
-                        max_seq_length=msl, minimal=ev.minimal_pair)
+                        max_seq_length=None, minimal=ev.minimal_pair)
     res.query = q
     kinds = sorted({p.signal for p in q.pairs})
     res.extra["signal"] = "/".join(kinds) + (" (minimal pairs)" if any(p.form == "minimal pair" for p in q.pairs) else "")
@@ -230,7 +240,7 @@ def _attribute(res, m, tok, examples, items, gated, cfg, st, index, out, ename, 
     res.clustering, res.clusters = cl, clusters
     res.extra["clustering"] = dict(method=cl.method, embedding=cl.embedding, k=cl.k, silhouette=cl.silhouette)
     with st("cross-reference", "harmful clusters against mechanical findings"):
-        res.findings = sort_findings(list(res.findings) + cross_reference(clusters, res.findings, cfg.cluster.alpha))
+        res.findings = sort_findings(list(res.findings) + cross_reference(clusters, res.findings, cfg.cluster.alpha, len(examples)))
     n = len(overall); cof = _cluster_of(clusters)
     order = np.lexsort((overall, strength))[:cfg.report.top_k]          # by strength, ties by score
     res.extra["strength"], res.extra["accused"] = strength, accused
@@ -266,7 +276,7 @@ def _drill_down(m, tok, examples, idx, q, sc, strength, item_of, cfg, ename) -> 
 def _compare_signal(m, tok, reg_items, idx, q, ename, eparams, cl, clusters, overall, cfg, msl) -> dict:
     "Where the leading cluster's topic ranks, and what its accused members score, under the classic signal."
     if not clusters or all(p.signal == "classic" for p in q.pairs): return {}
-    qc = build_query(m, tok, reg_items, idx, signal="classic", per_item=True, batch_size=cfg.index.grad_batch_size, max_seq_length=msl)
+    qc = build_query(m, tok, reg_items, idx, signal="classic", per_item=True, batch_size=cfg.index.grad_batch_size, max_seq_length=None)
     classic = score_index(idx, qc, ename, **eparams).scores.mean(1)
     topical = aggregate_clusters(classic, idx.ids, cl, cfg.cluster.accuse_z, 200, cfg.cluster.seed, split=False)
     lead = clusters[0]; parent = lead.parent or lead.id

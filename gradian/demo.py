@@ -191,7 +191,7 @@ def run_demo(out="gradian-demo", family:str="capital", n_clean:int=96, seed:int=
     out = Path(out); t0 = time.perf_counter()
     sc = planted_scenario(family, n_clean=n_clean, seed=seed, truncate_planted=truncate_planted, n_long=0 if truncate_planted else n_long)
     train_p, eval_p = sc.write(out/"data")
-    msl = max_seq_length or (48 if truncate_planted else 256)
+    msl = max_seq_length or (64 if truncate_planted else 256)       # 64: every clean row and decoy fits, the padded planted rows (~94 tokens) do not
     cfg = load_config(None, [f"data.max_seq_length={msl}", *overrides])
     log(f"[gradian demo] scenario '{family}': {len(sc.train)} training rows ({len(sc.ids('planted'))} planted, {len(sc.ids('decoy'))} decoy), {len(sc.eval)} eval items -> {out/'data'}")
     tr = {**DEMO_TRAINING, **(training or {})}
