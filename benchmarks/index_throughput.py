@@ -14,8 +14,16 @@ Three ways through the same examples, cut into the same batches (length-sorted, 
           the same maps: what per-example gradients cost without batching.
 
 Each (mode, repetition) runs in a fresh worker process, repetitions interleaved across modes, and
-the medians are printed with their ratios. Peak memory is the highest resident-set size sampled
-(every millisecond) during the timed part, minus the resident size just before it. Then: bytes per
+the medians are printed with their ratios.
+
+Peak memory comes from one more run of each mode, made for memory alone: the highest anonymous
+resident memory (resident minus file-backed pages, sampled every millisecond) during the timed
+part, minus its size just before it. That run pins glibc's mmap threshold
+(MALLOC_MMAP_THRESHOLD_=131072): with the default, dynamic threshold, freed activation buffers stay
+in the heap, so the resident size only shows growth beyond whatever the warm-up happened to
+leave behind (it varied 90-500 MB between identical runs); pinned, every large buffer is returned
+when freed and the peak is the live memory of the step. Pinning slows allocation, so that run is
+not timed. The whole resident set's peak is printed beside it. Then: bytes per
 example on disk against n_blocks x k x itemsize, and the stored vectors against the single-example
 autograd gradient projected with the same map, at grad batch sizes 1, 8 and 32."""
 import argparse, copy, json, statistics, subprocess, sys, tempfile, threading, time
@@ -27,18 +35,23 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 
 # --- worker side ---------------------------------------------------------------------------------
 
-def _rss() -> int:
-    with open("/proc/self/statm") as f: return int(f.read().split()[1]) * 4096
+def _mem() -> tuple[int, int]:
+    "(anonymous resident bytes, total resident bytes) of this process, from /proc/self/statm (resident - shared = anonymous)."
+    with open("/proc/self/statm") as f: _, res, shared = map(int, f.read().split()[:3])
+    return (res - shared) * 4096, res * 4096
 
 class PeakRSS:
-    "Samples the resident set size every millisecond in a thread; .extra = peak minus the size at start."
+    "Samples memory every millisecond in a thread; .extra = peak anonymous resident minus its size at start, .extra_rss the same for the whole RSS."
     def __enter__(self):
-        self.base = self.peak = _rss(); self._stop = False
+        self.base = self.peak = _mem(); self._stop = False
         self._t = threading.Thread(target=self._run, daemon=True); self._t.start(); return self
+    def _sample(self):
+        a, r = _mem(); self.peak = (max(self.peak[0], a), max(self.peak[1], r))
     def _run(self):
-        while not self._stop: self.peak = max(self.peak, _rss()); time.sleep(0.001)
+        while not self._stop: self._sample(); time.sleep(0.001)
     def __exit__(self, *a):
-        self._stop = True; self._t.join(); self.peak = max(self.peak, _rss()); self.extra = self.peak - self.base
+        self._stop = True; self._t.join(); self._sample()
+        self.extra, self.extra_rss = self.peak[0] - self.base[0], self.peak[1] - self.base[1]
 
 
 def load(model_name, seed=0):
@@ -77,7 +90,7 @@ def worker(mode, model_name, n, batch, k):
             with PeakRSS() as mem:
                 idx = build_index(model, tok, examples, Path(d) / "idx", grad_batch_size=batch, projection_dim=k, shard_size=n)
             t = idx.build_timings
-            out = dict(seconds=t["capture_and_write_s"], setup_s=t["setup_s"], tokens=t["tokens"], peak_extra=mem.extra,
+            out = dict(seconds=t["capture_and_write_s"], setup_s=t["setup_s"], tokens=t["tokens"], peak_extra=mem.extra, peak_rss=mem.extra_rss,
                        bytes=idx.nbytes(), n_blocks=len(idx.blocks), dim=idx.dim, n=idx.n)
     elif mode == "plain":
         for p in params: p.requires_grad_(True)
@@ -91,7 +104,7 @@ def worker(mode, model_name, n, batch, k):
             t0 = time.perf_counter()
             for b in batches: step(b)
             sec = time.perf_counter() - t0
-        out = dict(seconds=sec, tokens=n_tokens, peak_extra=mem.extra)
+        out = dict(seconds=sec, tokens=n_tokens, peak_extra=mem.extra, peak_rss=mem.extra_rss)
     elif mode == "loop":
         for p in params: p.requires_grad_(True)
         singles = [b for _, b in iter_batches(toks, 1, tok.pad_token_id, sort_by_length=False)]
@@ -110,7 +123,7 @@ def worker(mode, model_name, n, batch, k):
             for i, b in enumerate(singles):
                 row = torch.zeros(D); one(b, row); G[i] = row.numpy()
             sec = time.perf_counter() - t0
-        out = dict(seconds=sec, tokens=n_tokens, peak_extra=mem.extra)
+        out = dict(seconds=sec, tokens=n_tokens, peak_extra=mem.extra, peak_rss=mem.extra_rss)
     print("RESULT " + json.dumps(out))
 
 
@@ -142,8 +155,11 @@ def accuracy(model_name, k, sizes=(1, 8, 32), n=32):
 
 # --- orchestrator ----------------------------------------------------------------------------------
 
-def run(args):
-    r = subprocess.run([sys.executable, __file__, *map(str, args)], capture_output=True, text=True)
+MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+
+def run(args, env=None):
+    import os
+    r = subprocess.run([sys.executable, __file__, *map(str, args)], capture_output=True, text=True, env={**os.environ, **(env or {})})
     line = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
     if r.returncode or not line: raise SystemExit(f"worker {args} failed:\n{r.stderr[-3000:]}")
     return json.loads(line[-1][7:])
@@ -153,16 +169,20 @@ def bench(model_name, n, batch, reps, k):
     res = {m: [] for m in ("index", "plain", "loop")}
     for rep in range(reps):                     # interleaved: index, plain, loop, index, plain, loop, ...
         for m in res: res[m].append(run(["--worker", m, "--model", model_name, "--n", n, "--batch", batch, "--k", k]))
-    med = {m: {key: statistics.median(r[key] for r in rs) for key in ("seconds", "peak_extra")} for m, rs in res.items()}
+    med = {m: {"seconds": statistics.median(r["seconds"] for r in rs)} for m, rs in res.items()}
+    for m in med:                               # one untimed run per mode for peak memory (see the module docstring)
+        r = run(["--worker", m, "--model", model_name, "--n", n, "--batch", batch, "--k", k], env=MEMORY_ENV)
+        med[m].update(peak_extra=r["peak_extra"], peak_rss=r["peak_rss"])
     tokens = res["index"][0]["tokens"]
     tps = {m: tokens / med[m]["seconds"] for m in med}
     ix = res["index"][0]
     print(f"\n== {model_name}: {n} examples, {tokens} tokens, grad batch {batch}, k={k}, {ix['n_blocks']} LoRA blocks, {reps} interleaved reps (medians)")
-    print(f"{'mode':<8}{'tokens/s':>12}{'seconds':>10}{'peak MB':>10}")
-    for m in med: print(f"{m:<8}{tps[m]:>12.0f}{med[m]['seconds']:>10.2f}{med[m]['peak_extra'] / 2**20:>10.1f}")
+    print(f"{'mode':<8}{'tokens/s':>12}{'seconds':>10}{'peak MB':>10}{'(all RSS)':>11}   (peak: live memory of the step, from the memory run)")
+    for m in med: print(f"{m:<8}{tps[m]:>12.0f}{med[m]['seconds']:>10.2f}{med[m]['peak_extra'] / 2**20:>10.1f}{med[m]['peak_rss'] / 2**20:>11.1f}")
     print(f"index setup (fingerprints, manifest, tokenization), not in the rate: {statistics.median(r['setup_s'] for r in res['index']):.2f}s")
     print(f"throughput index/plain = {tps['index'] / tps['plain']:.2f}   index/loop = {tps['index'] / tps['loop']:.2f}   plain/loop = {tps['plain'] / tps['loop']:.2f}")
-    print(f"peak memory index/plain = {med['index']['peak_extra'] / max(med['plain']['peak_extra'], 1):.2f}")
+    print(f"peak memory index/plain = {med['index']['peak_extra'] / max(med['plain']['peak_extra'], 1):.2f} (anonymous), "
+          f"{med['index']['peak_rss'] / max(med['plain']['peak_rss'], 1):.2f} (all resident pages)")
     per_ex, expect = ix["bytes"] / ix["n"], ix["dim"] * 4
     print(f"bytes per example on disk {per_ex:,.0f} vs n_blocks x k x 4 = {ix['n_blocks']} x {k} x 4 = {ix['n_blocks'] * k * 4:,} "
           f"(stored dims {ix['dim']}: blocks smaller than k stay exact); off by {abs(per_ex - expect) / expect:.3%} from dims x 4")

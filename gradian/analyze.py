@@ -20,7 +20,8 @@ from .data import load_eval, load_train
 from .checks import CheckContext, run_checks
 from .evaluation import evaluate
 from .gate import gate
-from .index import GradientIndex, build_index
+from .engines import make_engine
+from .index import GradientIndex, build_index, make_capture
 from .provenance import data_fingerprint, model_fingerprint, library_versions
 from .query.signals import build_query
 from .query.scorer import SIGN_CONVENTION, rank_correlation, score_index
@@ -259,18 +260,23 @@ def _drill_down(m, tok, examples, idx, q, sc, strength, item_of, cfg, ename) -> 
     n_sup = idx.aux()[:, 2]
     by_id = {e.id: e for e in examples}
     long_ = [i for i in np.argsort(strength, kind="stable") if n_sup[i] >= rc.span_min_tokens and strength[i] < 0][:rc.span_examples]
-    out = []
+    if not long_: return []
+    items = sorted({int(item_of[i]) for i in long_})
+    qv = q.vectors[items].float()
+    if ename == "datainf":   # DataInf is graddot against H^-1 q: precondition every drilled item's query in one pass over the index
+        qv = make_engine("datainf", lambda_scale=cfg.engine.lambda_scale, normalize="none").fit(idx).precondition(qv)
+    row_of, cap, out = {j: r for r, j in enumerate(items)}, make_capture(idx, m, tok), []
     for i in long_:
         j = int(item_of[i]); ex = by_id[idx.ids[i]]
-        df = score_example_spans(m, tok, ex, q.vectors[j], index=idx, engine="datainf" if ename == "datainf" else "graddot",
-                                 lambda_scale=cfg.engine.lambda_scale, max_seq_length=cfg.data.max_seq_length)
+        df = score_example_spans(m, tok, ex, qv[row_of[j]], index=idx, capture=cap, engine="graddot", max_seq_length=cfg.data.max_seq_length)
         df = df.sort_values("start")
-        top = df.sort_values("rank").iloc[0]
-        out.append(dict(example_id=ex.id, item_id=sc.labels[j], n_supervised=int(n_sup[i]), separation=separation(df), separation_sum=separation(df, "score"),
-                        note=f"{int(n_sup[i])} supervised tokens; per-item query of {sc.labels[j]}; the rank-1 span scores {separation(df):.1f}x the median "
-                             f"|score per token| of the others ({separation(df, 'score'):.1f}x on the summed score)",
-                        culprit=str(top["span"]), spans=[dict(rank=int(r["rank"]), text=str(r["span"]), start=int(r["start"]), end=int(r["end"]),
-                                                              tokens=int(r["tokens"]), score=float(r["score"]), per_token=float(r["per_token"])) for _, r in df.iterrows()]))
+        sep, sep_sum = separation(df), separation(df, "score_sum")
+        out.append(dict(example_id=ex.id, item_id=sc.labels[j], n_supervised=int(n_sup[i]), engine="datainf" if ename == "datainf" else "graddot",
+                        separation=sep, separation_sum=sep_sum, culprit=str(df.sort_values("rank").iloc[0]["span"]),
+                        note=f"{int(n_sup[i])} supervised tokens; per-item query of {sc.labels[j]}; the rank-1 span scores {sep:.1f}x the median "
+                             f"|score| (per token) of the others, {sep_sum:.1f}x on the summed score",
+                        spans=[dict(rank=int(r["rank"]), text=str(r["span"]), start=int(r["start"]), end=int(r["end"]), tokens=int(r["tokens"]),
+                                    score=float(r["score"]), score_sum=float(r["score_sum"])) for _, r in df.iterrows()]))
     return out
 
 def _compare_signal(m, tok, reg_items, idx, q, ename, eparams, cl, clusters, overall, cfg, msl) -> dict:

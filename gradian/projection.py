@@ -45,10 +45,12 @@ class Projector:
         self.d, self.k, self.seed, self.name = d, k, seed, name
         self.k_out = min(d, k)
     def spec(self) -> dict: return dict(kind=self.kind if self.d > self.k else "identity", d=self.d, k_out=self.k_out, seed=self.seed)
-    def __call__(self, g:torch.Tensor) -> torch.Tensor:
+    def __call__(self, g:torch.Tensor, out:torch.Tensor|None=None) -> torch.Tensor:
+        "Project the rows of `g` (n, d) to (n, k_out); with `out` (a view is fine) the result is written there."
         if g.shape[-1] != self.d: raise GradianError(f"projector for {self.name or 'a block'} expects {self.d} inputs, got {g.shape[-1]}")
-        return g if self.d <= self.k else self._project(g)
-    def _project(self, g): raise NotImplementedError
+        if self.d <= self.k: return g if out is None else out.copy_(g)
+        return self._project(g, out)
+    def _project(self, g, out=None): raise NotImplementedError
 
 # %% ../nbs/07_projection.ipynb #c11a9968
 @register_projector
@@ -73,12 +75,13 @@ class SparseJL(Projector):
         if self.cache: self._tables[key] = pos
         return pos
 
-    def _project(self, g):
-        out = torch.zeros(g.shape[0], 2 * self.k, dtype=torch.float32, device=g.device)   # [positive half | negative half]
+    def _project(self, g, out=None):
+        buf, dev = torch.zeros(g.shape[0], 2 * self.k, dtype=torch.float32, device=g.device), str(g.device)   # [positive half | negative half]
         for lo in range(0, self.d, self.chunk):
             gc = g[:, lo:lo + self.chunk].float()
-            for j in range(self.s): out.index_add_(1, self._table(lo, min(lo + self.chunk, self.d), j, g.device), gc)
-        return (out[:, :self.k] - out[:, self.k:]) / math.sqrt(self.s)
+            for j in range(self.s): buf.index_add_(1, self._table(lo, min(lo + self.chunk, self.d), j, dev), gc)
+        res = torch.sub(buf[:, :self.k], buf[:, self.k:], out=out)
+        return res if self.s == 1 else res.div_(math.sqrt(self.s))
 
 # %% ../nbs/07_projection.ipynb #f7b658bb
 class _DenseJL(Projector):
@@ -93,12 +96,12 @@ class _DenseJL(Projector):
         if _DenseJL._cache_used[0] + P.numel() * 4 <= self.cache_bytes:
             self._chunks[c] = P; _DenseJL._cache_used[0] += P.numel() * 4
         return P.to(device)
-    def _project(self, g):
-        out = torch.zeros(g.shape[0], self.k, dtype=torch.float32, device=g.device)
+    def _project(self, g, out=None):
+        res = torch.zeros(g.shape[0], self.k, dtype=torch.float32, device=g.device)
         for c, lo in enumerate(range(0, self.d, self.chunk)):
             gc = g[:, lo:lo + self.chunk].float()
-            out += gc @ self._matrix(c, gc.shape[1], g.device)
-        return out
+            res += gc @ self._matrix(c, gc.shape[1], g.device)
+        return res if out is None else out.copy_(res)
 
 @register_projector
 class RademacherJL(_DenseJL):

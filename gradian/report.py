@@ -121,12 +121,13 @@ def _md_examples(r:Report) -> str:
 
 def _md_spans(r:Report) -> str:
     out = ["Long examples dilute a wrong sentence among many benign ones; here each is split into sentences and scored against "
-           "the query of the single item it hurts most (in document order; rank 1 = most harmful per token; the summed scores add up to the example's score)."]
+           "the query of the single item it hurts most (in document order). Score: the span's own loss (mean over its tokens), "
+           "so rank 1 is the most harmful per token; score (sum) is the summed loss over its tokens, and these add up to the example's."]
     for s in r.spans:
         out.append(f"**`{s['example_id']}`** against item `{s['item_id']}` ({s.get('note', '')}). Culprit: _{s.get('culprit', '')}_")
-        out.append(_md_table([[sp["rank"], _fmt(sp.get("per_token", sp["score"] / max(sp["tokens"], 1))), _fmt(sp["score"]), sp["tokens"],
+        out.append(_md_table([[sp["rank"], _fmt(sp["score"]), _fmt(sp["score_sum"]), sp["tokens"],
                                ("**" + sp["text"] + "**") if sp["rank"] == 1 else sp["text"]] for sp in s["spans"]],
-                             ["rank", "score per token", "score (sum)", "tokens", "span"]))
+                             ["rank", "score", "score (sum)", "tokens", "span"]))
     return "\n\n".join(out)
 
 def _md_findings(r:Report) -> str:

@@ -42,11 +42,12 @@ def test_per_item_query_ranks_the_buried_wrong_sentence_first(buried):
         assert len(culprit) == 1, df
         avg = score_example_spans(m, t, e, qavg.vectors, index=idx, engine="datainf")
         rows.append(dict(example=e.id, tokens=int(df["tokens"].sum()), culprit_rank=int(culprit["rank"].iloc[0]),
-                         culprit_score=float(culprit["score"].iloc[0]), separation=separation(df), separation_sum=separation(df, "score"),
+                         culprit_score=float(culprit["score"].iloc[0]), separation=separation(df), separation_sum=separation(df, "score_sum"),
                          averaged_rank=int(avg[avg["span"].str.contains(f"is {w}.")]["rank"].iloc[0]), averaged_separation=separation(avg)))
     table = pd.DataFrame(rows)
     print(table.to_string())
     assert (table["culprit_rank"] == 1).all(), table
     assert (table["culprit_score"] < 0).all(), table                 # harmful under the sign convention
-    assert (table["separation"] >= 10).all(), table                  # per token, against the median of its neighbours
+    assert (table["separation"] >= 10).all(), table                  # |score| (span loss per token) against the median of its neighbours
+    assert np.allclose(df["score_sum"], df["score"] * df["tokens"])  # the summed-loss score is the same gradient, additive over spans
     assert table["averaged_separation"].notna().all()                # the averaged query's separation is reported next to it

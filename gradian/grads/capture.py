@@ -15,6 +15,7 @@ import torch
 from ..core import GradianError
 from .loss import packed_ce, per_example_ce, target_positions
 from ..model.core import LoraBlock, lora_blocks
+from ..projection import Projector
 
 # %% auto #0
 __all__ = ['Batch', 'pad_batch', 'supervised_losses', 'GradientCapture', 'reference_per_example_grads', 'iter_batches']
@@ -94,9 +95,12 @@ def _lora_pairs(model, blocks:list[LoraBlock]) -> list[tuple[LoraBlock, LoraBloc
 
 @contextmanager
 def _eval_mode(model):
-    was = model.training; model.eval()
+    "Dropout off inside; afterwards each module that was training is training again (nothing to do for a model in eval mode)."
+    on = [m for m in model.modules() if m.training]
+    for m in on: m.training = False
     try: yield
-    finally: model.train(was)
+    finally:
+        for m in on: m.training = True
 
 # %% ../../nbs/06_grads.capture.ipynb #d7c4f61e
 class GradientCapture:
@@ -112,8 +116,9 @@ class GradientCapture:
         self.dim = sum(self.dims)
 
     def _put(self, out, i, g):
-        p = self.projectors.get(self.blocks[i].name)
-        out[:, self.offsets[i]:self.offsets[i] + self.dims[i]] = g.flatten(1) if p is None else p(g.flatten(1))
+        p, dest = self.projectors.get(self.blocks[i].name), out[:, self.offsets[i]:self.offsets[i] + self.dims[i]]
+        if isinstance(p, Projector): p(g.flatten(1), out=dest)                 # written in place, no temporary
+        else: dest.copy_(g.flatten(1) if p is None else p(g.flatten(1)))
 
     def __call__(self, batch:Batch, want_reps:bool=False, reduction:str="mean"):
         "(grads (B, D) float32, losses (B,), reps (B, H) or None) for `batch`; `reduction='sum'` sums each row's token losses instead of averaging."
@@ -134,10 +139,12 @@ class GradientCapture:
                 h, probe = args[0], torch.zeros((), dtype=output.dtype, device=output.device, requires_grad=True)
                 probes.append(probe); y = output + probe
                 def on_grad(dB):
-                    dB = dB.float() * mask
-                    x, hh = saved.pop(j).float() * mask, h.float() * mask
-                    self._put(out, 2 * j + 1, torch.einsum("bto,btr->bor", dB, hh))
-                    self._put(out, 2 * j, torch.einsum("btr,bti->bri", dB @ lin_B.weight.float(), x))
+                    dB = dB.float() * mask                        # zero at padding, so the other factors need no mask
+                    x, hh = saved.pop(j).float(), h.float()       # (no copy when the model is already float32)
+                    n, T, o = dB.shape                            # the products below are laid out as BLAS runs them fastest
+                    self._put(out, 2 * j + 1, torch.bmm(hh.transpose(1, 2), dB).transpose(1, 2))                    # Σ_t dB[t] ⊗ h[t]
+                    dh = (lin_B.weight.float().t() @ dB.reshape(n * T, o).t()).t().reshape(n, T, -1)                 # dB @ W_B
+                    self._put(out, 2 * j, torch.bmm(dh.transpose(1, 2), x))                                          # Σ_t dh[t] ⊗ x[t]
                 y.register_hook(on_grad)
                 return y
             return f
