@@ -60,7 +60,6 @@ def test_report_schema_provenance_and_timings(capital):
     assert rep["spans"] and all(s["n_supervised"] >= 80 and len(s["spans"]) >= 5 for s in rep["spans"])
     assert all(sum(sp["rank"] == 1 for sp in s["spans"]) == 1 and np.isfinite(s["separation"]) for s in rep["spans"])
     assert "## Inside long examples: span drill-down" in md and "| score (sum) |" in md
-    assert all(np.isclose(sp["score_sum"], sp["score"] * sp["tokens"]) for s in rep["spans"] for sp in s["spans"])
     assert sum(rep["provenance"]["timings"].values()) < 15 * 60
     assert (out / "report" / "figures" / "capability_deltas.png").stat().st_size > 1000
     assert (out / "report" / "figures" / "cluster_effects.png").stat().st_size > 1000

@@ -55,19 +55,18 @@ def _span_grads(capture:GradientCapture, tokenizer, te, masks) -> torch.Tensor:
     G, _, _ = capture(pad_batch(rows, tokenizer.pad_token_id, "left"), reduction="sum")
     return G
 
-def _preconditioned(query:torch.Tensor, index:GradientIndex|None, engine, lambda_scale:float) -> torch.Tensor:
-    if hasattr(engine, "precondition"): return engine.precondition(query)        # an engine already fitted on the index
+def _preconditioned(query:torch.Tensor, index:GradientIndex|None, engine:str, lambda_scale:float) -> torch.Tensor:
     if engine == "graddot": return query
     if engine != "datainf": raise GradianError(f"span scoring supports graddot and datainf, not {engine!r}")
     if index is None: raise GradianError("datainf span scores need the gradient index (its curvature)", fix="pass index=..., or engine='graddot'")
     return make_engine("datainf", lambda_scale=lambda_scale, normalize="none").fit(index).precondition(query)
 
 def score_example_spans(model, tokenizer, example:Example, query, spans:Sequence[tuple[int, int]]|None=None, index:GradientIndex|None=None,
-                        capture:GradientCapture|None=None, engine="graddot", lambda_scale:float=0.1, turn:int=-1,
+                        capture:GradientCapture|None=None, engine:str="graddot", lambda_scale:float=0.1, turn:int=-1,
                         max_seq_length:int|None=None) -> pd.DataFrame:
     """Score each span of `example`'s answer (sentences by default, or character ranges of the assistant text) against `query`
     ((D,) or (1, D) in the index's layout; a multi-row query is averaged, which dilutes the culprit: prefer one item's query).
-    `engine`: 'graddot', 'datainf' (fitted on `index` here), or a DataInf engine already fitted on `index` (to drill into many examples)."""
+    `engine`: 'graddot', or 'datainf' (fitted on `index`; to drill into many examples, precondition their queries once and pass 'graddot')."""
     answers = [m for m in example.messages if m["role"] == "assistant"]
     text = answers[turn]["content"]
     if not text.strip(): raise GradianError(f"example {example.id!r} has an empty answer: no spans to score")
@@ -87,7 +86,7 @@ def score_example_spans(model, tokenizer, example:Example, query, spans:Sequence
                        "end": [spans[i][1] for i in keep], "tokens": tokens, "score": sums / tokens, "score_sum": sums})
     df["rank"] = df["score"].rank(method="first").astype(int)
     df.attrs.update(example_id=example.id, skipped_spans=[dict(start=spans[i][0], end=spans[i][1], reason="maps to no supervised token") for i in empty],
-                    engine=engine if isinstance(engine, str) else "datainf", n_query_rows=int(torch.as_tensor(query).reshape(-1, capture.dim).shape[0]))
+                    engine=engine, n_query_rows=int(torch.as_tensor(query).reshape(-1, capture.dim).shape[0]))
     return df
 
 def separation(df:pd.DataFrame, col:str="score") -> float:
