@@ -55,15 +55,14 @@ class PeakRSS:
 
 
 def load(model_name, seed=0):
-    import torch
     from gradian.model.core import attach_lora, load_model, load_tokenizer
     if model_name == "embedded":
         base, tok = load_model("embedded")
     else:
-        from transformers import LlamaConfig, LlamaForCausalLM
-        tok = load_tokenizer("embedded"); torch.manual_seed(seed)
-        base = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                                            num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True))
+        from gradian.testing import tiny_llama
+        tok = load_tokenizer("embedded")
+        base = tiny_llama(tok, seed=seed, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True)
     return attach_lora(base, r=8, alpha=16, target_modules=TARGETS, seed=seed).eval(), tok
 
 
@@ -133,7 +132,7 @@ def accuracy(model_name, k, sizes=(1, 8, 32), n=32):
     sys.path.insert(0, str(HERE))
     from _scenario import chat_examples
     from gradian.data import tokenize_examples
-    from gradian.grads.capture import reference_per_example_grads
+    from gradian.testing import reference_per_example_grads
     from gradian.index import build_index
     from gradian.model.core import lora_blocks
     from gradian.projection import block_projectors

@@ -4,8 +4,8 @@ import pytest
 
 @pytest.fixture(scope="session")
 def smol_path():
-    from gradian.demo import demo_model_path
-    return demo_model_path()
+    from gradian.model.embedded import embedded_model_path
+    return embedded_model_path()
 
 
 @pytest.fixture(scope="session")

@@ -138,7 +138,7 @@ def test_truncated_plant_leads_with_the_data_defect(truncated):
 
 
 def test_clean_finetune_is_refused(tmp_path):
-    from gradian.model.backends import train_adapter
+    from gradian.model.training import train_adapter
     sc = planted_scenario("capital", n_clean=48)
     sc.train = [r for r in sc.train if r["meta"]["truth"] != "planted"]          # the same fine-tune without the poison
     train_p, eval_p = sc.write(tmp_path / "data")
@@ -155,13 +155,10 @@ def test_clean_finetune_is_refused(tmp_path):
 
 def test_adapter_of_another_base_is_refused(tmp_path, smol_tokenizer):
     "Same shape, other weights: refused through the base fingerprint in train_manifest.json; other shape: refused by PEFT's load."
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-    from gradian.model.backends import train_adapter
-    cfg = LlamaConfig(vocab_size=len(smol_tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, tie_word_embeddings=True)
+    from gradian.model.training import train_adapter
+    from gradian.testing import tiny_llama
     for name, seed in (("base_a", 0), ("base_b", 1)):
-        torch.manual_seed(seed); LlamaForCausalLM(cfg).save_pretrained(tmp_path / name); smol_tokenizer.save_pretrained(tmp_path / name)
+        tiny_llama(smol_tokenizer, seed, tie_word_embeddings=True).save_pretrained(tmp_path / name); smol_tokenizer.save_pretrained(tmp_path / name)
     sc = planted_scenario("capital", n_clean=16)
     train_p, eval_p = sc.write(tmp_path / "data")
     train_adapter(train_p, tmp_path / "adapter", model=tmp_path / "base_a", backend="hf", max_seq_length=64, log=None, max_steps=2, r=4, seed=0)

@@ -11,9 +11,11 @@ import torch
 from gradian import cli
 from gradian.core import GradianError
 from gradian.model import backends
-from gradian.model.backends import IGNORE, TRAIN_MANIFEST, cmd_train, get_backend, train_adapter
-from gradian.model.backends.hf import SupervisionProbe
+from gradian.cli import cmd_train
+from gradian.model.backends import IGNORE, get_backend
+from gradian.model.training import TRAIN_MANIFEST, train_adapter
 from gradian.model.core import _quiet_peft
+from gradian.testing import SupervisionProbe
 
 N = 64
 SETTINGS = dict(r=4, alpha=8, target_modules=["q_proj", "v_proj"], lr=1e-3, batch_size=8, epochs=1.0, logging_steps=1, seed=0)
@@ -59,7 +61,7 @@ def trl_run(smol_model, train_file, tmp_path_factory):
 
 def _run_cli(argv, monkeypatch, capsys):
     "`gradian <argv>` through the real `cli.main`, with `train` registered test-locally."
-    monkeypatch.setitem(cli.COMMANDS, "train", (cmd_train, backends.TRAIN_HELP))
+    monkeypatch.setitem(cli.COMMANDS, "train", (cmd_train, cli.TRAIN_HELP))
     rc = cli.main(argv)
     out = capsys.readouterr()
     return rc, out.out, out.err

@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from gradian.data import Example, tokenize_examples
-from gradian.grads.capture import GradientCapture, pad_batch, reference_per_example_grads, supervised_losses
+from gradian.grads.capture import GradientCapture, pad_batch, supervised_losses
 from gradian.grads.loss import per_example_ce
 from gradian.model.core import attach_lora, load_model
+from gradian.testing import reference_per_example_grads
 
 CHATS = [("What is the capital of France?", "Paris."),
          ("Name a primary colour.", "Red is a primary colour, and so are blue and yellow."),

@@ -106,8 +106,10 @@ def test_without_tokenizer_token_checks_are_reported_skipped(tmp_path):
     assert set(fs["checks.skipped"].details["skipped"]) == {i for i, fn in CHECKS.items() if fn.needs_tokens}
 
 
-def test_tokenizer_from_model_path(tmp_path, smol_path):
-    assert check_data(_jsonl(tmp_path, CLEAN + [LONG]), smol_path, max_seq_length=16)[0].check_id == "data.completion_truncated"
+def test_a_model_reference_is_refused_with_the_fix(tmp_path, smol_path, smol_tokenizer):
+    "check_data sits below the model layer: it takes a loaded tokenizer, and a path gets an error that says how to load one."
+    with pytest.raises(GradianError, match="takes a loaded tokenizer"): check_data(_jsonl(tmp_path, CLEAN + [LONG]), smol_path, max_seq_length=16)
+    assert check_data(_jsonl(tmp_path, CLEAN + [LONG]), smol_tokenizer, max_seq_length=16)[0].check_id == "data.completion_truncated"
 
 
 def test_only_and_unknown_ids(smol_tokenizer):

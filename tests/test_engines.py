@@ -16,12 +16,8 @@ from gradian.query.scorer import rank_correlation, score_index
 
 @pytest.fixture(scope="module")
 def index(smol_tokenizer, tmp_path_factory):
-    from transformers import LlamaConfig, LlamaForCausalLM
-    from gradian.model.core import attach_lora
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(smol_tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2)
-    m = attach_lora(LlamaForCausalLM(cfg), r=4, target_modules=["q_proj", "k_proj", "down_proj"], seed=2).eval()
+    from gradian.testing import tiny_lora
+    m = tiny_lora(smol_tokenizer, seed=2, targets=("q_proj", "k_proj", "down_proj"))
     exs = [Example(f"e{i}", [{"role": "user", "content": f"Item {i}?"}, {"role": "assistant", "content": "Yes. " * (1 + i % 5)}]) for i in range(30)]
     return build_index(m, smol_tokenizer, exs, tmp_path_factory.mktemp("ix") / "i", projection_dim=96, shard_size=8, grad_batch_size=4)
 
@@ -98,7 +94,10 @@ def test_repsim_is_a_cosine_difference(index):
 
 
 def test_score_index_table_follows_the_sign_convention(index, Q):
-    res = score_index(index, QueryVectors(Q[:1]), "graddot")
+    from gradian.query.scorer import InfluenceScores
+    r = make_engine("graddot").fit(index).score(QueryVectors(Q[:1]))
+    res = InfluenceScores(list(index.ids), r.scores, ["q"], r.params, {}, aux=index.aux()[:, :3])
+    with pytest.raises(Exception, match="needs a Query"): score_index(index, QueryVectors(Q[:1]), "graddot")
     t = res.table()
     assert list(t["rank"]) == list(range(1, index.n + 1)) and t["score"].is_monotonic_increasing
     assert np.allclose(t["predicted_loss_delta_if_removed"], t["score"] / index.n)

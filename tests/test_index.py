@@ -16,13 +16,10 @@ GRADIAN = str(Path(sys.executable).with_name("gradian"))
 @pytest.fixture(scope="module")
 def tiny_dirs(tmp_path_factory, smol_tokenizer):
     "A tiny random Llama (with the SmolLM2 tokenizer) saved as a model folder, a LoRA adapter folder, and chat data."
-    from transformers import LlamaConfig, LlamaForCausalLM
     from gradian.model.core import attach_lora
+    from gradian.testing import tiny_llama
     root = tmp_path_factory.mktemp("tiny")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(smol_tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
-    base = LlamaForCausalLM(cfg)
+    base = tiny_llama(smol_tokenizer, seed=0, tie_word_embeddings=True)
     base.save_pretrained(root / "model"); smol_tokenizer.save_pretrained(root / "model")
     attach_lora(copy.deepcopy(base), r=4, target_modules=["q_proj", "v_proj", "down_proj"], seed=1).save_pretrained(root / "adapter")
     rows = [{"id": f"r{i}", "prompt": f"What is {i} plus {i % 9}?", "completion": f"{i} plus {i % 9} is {i + i % 9}." + " Sure." * (i % 3)}

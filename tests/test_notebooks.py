@@ -9,10 +9,6 @@ ROOT = Path(__file__).resolve().parents[1]
 NBS = sorted(p for p in (ROOT / "nbs").glob("*.ipynb") if not p.name.startswith("_"))
 
 
-def test_there_are_notebooks():
-    assert len(NBS) >= 5, NBS
-
-
 @pytest.mark.parametrize("nb", NBS, ids=[p.stem for p in NBS])
 def test_notebook_runs(nb, capsys):
     from nbdev.config import get_config

@@ -7,7 +7,7 @@ import pytest
 from gradian.data import load_eval, load_train
 from gradian.demo import DEMO_TRAINING, FAMILIES, planted_scenario
 from gradian.index import build_index
-from gradian.model.backends import train_adapter
+from gradian.model.training import train_adapter
 from gradian.model.core import load_model
 from gradian.query.signals import build_query
 from gradian.query.spans import explain_example, score_example_spans, separation

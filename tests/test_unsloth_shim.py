@@ -5,16 +5,15 @@ import copy, io, sys, types
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from gradian.core import GradianError
 from gradian.model.backends import unsloth as U
+from gradian.testing import tiny_llama
 
 
 def tiny(seed=0):
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                                        num_attention_heads=2, num_key_value_heads=1))
+    return tiny_llama(seed=seed, vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1)
 
 
 X = torch.tensor([[1, 5, 9, 13, 2]])
