@@ -229,7 +229,8 @@ def test_user_errors_exit_2(train_file, tmp_path, monkeypatch, capsys):
 def test_flags_config_file_and_overrides_reach_training(tmp_path, monkeypatch, capsys):
     "Flags win over dotted overrides, which win over the --config file, which wins over the defaults."
     seen = {}
-    monkeypatch.setattr(backends, "train_adapter", lambda data, out, model, cfg, **kw: seen.update(data=data, out=out, model=model, cfg=cfg, **kw))
+    import gradian.model.training as training
+    monkeypatch.setattr(training, "train_adapter", lambda data, out, model, cfg, **kw: seen.update(data=data, out=out, model=model, cfg=cfg, **kw))
     (tmp_path / "g.yaml").write_text("training:\n  lr: 0.0005\n  r: 16\n  backend: trl\n  out: from-config\ndata:\n  train: t.jsonl\n  max_seq_length: 256\n")
     rc, _, err = _run_cli(["train", "--config", str(tmp_path / "g.yaml"), "--r", "2", "training.r=8", "training.epochs=2"], monkeypatch, capsys)
     assert rc == 0, err

@@ -30,7 +30,7 @@ def loss_curve(log_history:list) -> list[dict]:
 # %% ../../nbs/04e_model.training.ipynb #e73703a8
 TRAIN_MANIFEST = "train_manifest.json"
 MANIFEST_SCHEMA = 1
-TRAIN_VERSIONED = ("torch", "transformers", "peft", "accelerate", "datasets", "trl")
+TRAIN_VERSIONED = ("torch", "transformers", "peft", "accelerate", "datasets")   # a backend adds its own (trl)
 
 # %% ../../nbs/04e_model.training.ipynb #fb1fc0ed
 def _model_identity(model_ref, model) -> dict:
