@@ -6,13 +6,10 @@ Docs: https://gradian-dev.github.io/gradian/analyze.html.md"""
 
 # %% ../nbs/17_analyze.ipynb #638d066f
 from __future__ import annotations
-import json, time
-from contextlib import contextmanager
-from dataclasses import dataclass, field, asdict
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
-
-import numpy as np
+from typing import Callable, Sequence
 
 from .core import Finding, GradianError, hash_file, sort_findings, library_versions
 from .config import GradianConfig, config_to_dict, load_config
@@ -130,7 +127,8 @@ def analyze(model="embedded", adapter=None, train=None, eval=None, out=None, cfg
     att = None
     if gated:
         refs = dict(model=base_prov["model"]["ref"], adapter=None if adapter is None else str(adapter), data=str(train))
-        att = attribute(m, tok, examples, items, caps, gated, cfg, out=out, index=index, refs=refs, findings=findings, stages=st, progress=progress)
+        att = attribute(m, tok, examples, items, caps, gated, cfg, out=out, index=index, refs=refs, findings=findings, stages=st,
+                        engine=engine, progress=progress)
         findings = sort_findings(list(findings) + att.findings)
     res = Analysis(None, out, caps, decisions, findings, att, st.timings)
     verdict, lead, lead_id = _lead(decisions, res.clusters, att.findings if att else [], cfg.cluster.alpha)

@@ -10,13 +10,13 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from .core import GradianError, sort_findings
+from .core import GradianError
 from .config import EngineConfig, GradianConfig
-from .engines import ENGINES, Engine
+from .engines import Engine
 from .index import GradientIndex, build_index, make_capture
 from .provenance import data_fingerprint
 from .query.signals import Query, build_query
@@ -148,9 +148,9 @@ def _compare(model, tokenizer, reg, index, query, engine, cl, clusters, overall,
 
 # %% ../nbs/15b_attribution.ipynb #ba3e91a7
 def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:Sequence, gated:Sequence[str], cfg:GradianConfig, *,
-              out, index=None, refs:dict|None=None, findings:Sequence=(), stages:Stages|None=None, progress:bool=False) -> Attribution:
+              out, index=None, refs:dict|None=None, findings:Sequence=(), stages:Stages|None=None, engine:Engine|None=None, progress:bool=False) -> Attribution:
     "Attribute the regression of the `gated` capabilities to training `examples`: index, query, scores, clusters, spans, cross-checks."
-    st, engine = stages or Stages(None), Engine.from_config(cfg.engine)
+    st, engine = stages or Stages(None), engine or Engine.from_config(cfg.engine)     # one engine object for every score below
     with st("index", "per-example LoRA gradients of the training data"):
         idx = open_index(model, tokenizer, examples, cfg, index if index is not None else Path(out)/"index", reuse=index is not None, refs=refs, progress=progress)
     reg, gens = regressed_items(capabilities, gated, items)

@@ -16,7 +16,7 @@ from fastcore.basics import patch
 
 from ..core import GradianError
 from ..config import EngineConfig
-from ..engines import ENGINES, Engine, QueryVectors, make_engine
+from ..engines import Engine, QueryVectors, make_engine
 from .signals import Query
 from ..index import GradientIndex, check_query_manifest
 
