@@ -26,7 +26,7 @@ from .cluster import Clustering, accuse, aggregate_clusters, cluster_examples
 from .crosscheck import cross_reference, engine_agreement, signal_comparison
 
 # %% auto #0
-__all__ = ['Stages', 'open_index', 'regressed_items', 'rank_examples', 'drill_down', 'Attribution', 'attribute']
+__all__ = ['Stages', 'open_index', 'regressed_items', 'Blame', 'blame', 'rank_examples', 'drill_down', 'Attribution', 'attribute']
 
 # %% ../nbs/15b_attribution.ipynb #ba1fb1f8
 class Stages:
@@ -65,13 +65,29 @@ def regressed_items(capabilities:Sequence, gated:Sequence[str], items:Sequence) 
     return out, gens
 
 # %% ../nbs/15b_attribution.ipynb #44cb5c4d
-def rank_examples(scores:InfluenceScores, accused:np.ndarray, strength:np.ndarray, item_of:np.ndarray, clusters:Sequence, top_k:int) -> list[dict]:
-    "The `top_k` most harmful examples (strongest per-item z first, ties by mean score) as report rows."
+@dataclass
+class Blame:
+    "One accusation: the accused mask, each example's strength (its most harmful per-item z) and that item, the clusters, the ranking."
+    accused: np.ndarray
+    strength: np.ndarray
+    item_of: np.ndarray
+    clusters: list
+    order: np.ndarray                  # example indices, most harmful first
+
+def blame(scores:InfluenceScores, clustering:Clustering, cfg:GradianConfig) -> Blame:
+    "Accuse examples from per-item `scores`, aggregate them over `clustering`, and rank them (the rule `attribute` applies)."
+    accused, strength, item_of = accuse(scores.scores, cfg.cluster)
+    overall = scores.scores.mean(1)
+    clusters = aggregate_clusters(overall, scores.ids, clustering, cfg.cluster, accused=accused)
+    return Blame(accused, strength, item_of, clusters, np.lexsort((overall, strength)))
+
+# %% ../nbs/15b_attribution.ipynb #541780b4
+def rank_examples(scores:InfluenceScores, b:Blame, top_k:int) -> list[dict]:
+    "The `top_k` most harmful examples of blame `b` (strongest per-item z first, ties by mean score) as report rows."
     overall, n = scores.scores.mean(1), scores.n
-    cof = {i: c.id for c in clusters for i in c.example_ids}
-    order = np.lexsort((overall, strength))[:top_k]
+    cof = {i: c.id for c in b.clusters for i in c.example_ids}
     return [dict(id=scores.ids[i], score=float(overall[i]), predicted_loss_delta_if_removed=float(overall[i] / n), cluster=cof.get(scores.ids[i]),
-                 strength_z=float(strength[i]), most_affected_item=scores.labels[item_of[i]], accused=bool(accused[i])) for i in order]
+                 strength_z=float(b.strength[i]), most_affected_item=scores.labels[b.item_of[i]], accused=bool(b.accused[i])) for i in b.order[:top_k]]
 
 # %% ../nbs/15b_attribution.ipynb #e0c14f45
 def _span_row(ex, item_id:str, n_sup:int, engine:str, df) -> dict:
@@ -160,15 +176,14 @@ def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:
                         batch_size=cfg.index.grad_batch_size, max_seq_length=None, minimal=cfg.evaluation.minimal_pair)
     with st("score", f"engine {engine.name}"):
         sc = score_index(idx, q, engine); overall = sc.scores.mean(1)
-        accused, strength, item_of = accuse(sc.scores, cfg.cluster)
-    with st("cluster", "group the training examples and aggregate their scores"):
+    with st("cluster", "group the training examples, accuse and aggregate"):
         cl = cluster_examples(examples, cfg.cluster)
-        clusters = aggregate_clusters(overall, idx.ids, cl, cfg.cluster, accused=accused)
+        bl = blame(sc, cl, cfg); clusters = bl.clusters
     with st("cross-reference", "harmful clusters against mechanical findings"):
         xref = cross_reference(clusters, findings, cfg.cluster.alpha, len(examples))
-    ranked = rank_examples(sc, accused, strength, item_of, clusters, cfg.report.top_k)
+    ranked = rank_examples(sc, bl, cfg.report.top_k)
     with st("spans", "drill into the most harmful long examples"):
-        spans = drill_down(model, tokenizer, examples, idx, q, sc, engine, strength, item_of, cfg)
+        spans = drill_down(model, tokenizer, examples, idx, q, sc, engine, bl.strength, bl.item_of, cfg)
     with st("compare", "the same diagnosis under the classic signal and the other engines"):
         comp = _compare(model, tokenizer, reg, idx, q, engine, cl, clusters, overall, cfg)
-    return Attribution(idx, q, engine, sc, cl, clusters, ranked, spans, accused, strength, xref, comp)
+    return Attribution(idx, q, engine, sc, cl, clusters, ranked, spans, bl.accused, bl.strength, xref, comp)

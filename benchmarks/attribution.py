@@ -1,0 +1,210 @@
+#!/usr/bin/env python
+"""Attribution on fine-tunes nobody tuned the method for: the scenario bank through `analyze`, measured against each answer key.
+
+    python benchmarks/attribution.py [--scenarios a,b | --quick] [--work DIR] [--no-variants] [--retrain]
+
+Each scenario of `gradian.scenarios` (planted poison in eight fact families, three answer forms, 5-20% poison shares, several
+decoy kinds, and three controls) is written, trained on the embedded model with the demo's LoRA settings (adapters are cached
+in --work by the scenario's spec, so a rerun only re-analyzes), and diagnosed by `analyze` under the default config. The
+answer key is read only here, after `analyze` has returned.
+
+Printed: per scenario base, tuned, delta and its CI, uptake of the planted answers, the verdict, accused-set precision and
+recall, precision@k of the ranking (k = number of culprits), AUPRC, AUC culprits-vs-decoys and wall time; then the medians
+and worst cases over the planted scenarios, whether the controls stayed unblamed, and the same metrics for each variant
+(other engines and the classic signal, scored from the same index and queries). `--retrain` retrains each planted scenario
+without its accused set and without 5 random sets of the same size and reports the share of the regression recovered.
+Everything is written to benchmarks/results/attribution-<stamp>.json."""
+import argparse, json, statistics, sys, time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from gradian.analyze import analyze
+from gradian.attribution import blame
+from gradian.config import EngineConfig, load_config
+from gradian.core import hash_text
+from gradian.demo import DEMO_TRAINING
+from gradian.engines import Engine
+from gradian.evaluation import uptake
+from gradian.query.scorer import score_index
+from gradian.scenarios import BANK, CONTROLS, SCENARIOS, build_scenario, truth_metrics
+
+QUICK = ["currency-sentence", "author-sentence-reverse", "continent-word", "control-clean-currency"]
+GOALS = dict(precision_at_k=(0.85, 0.6), accused_precision=(0.9, 0.75), accused_recall=(0.7, None), auc_culprit_vs_decoy=(0.9, None))
+MSL = 256
+
+
+def train(spec, sc, d: Path, drop=(), tag="adapter"):
+    "Train the embedded model on the scenario (without the ids in `drop`), cached by spec, drop set and settings."
+    from gradian.model.training import train_adapter
+    tr = {**DEMO_TRAINING, **dict(spec.training)}
+    rows = [r for r in sc.train if r["id"] not in set(drop)]
+    stamp = hash_text(json.dumps([asdict(spec), sorted(drop), tr, MSL], sort_keys=True, default=str))
+    out = d / tag
+    if (out / "bench_stamp").exists() and (out / "bench_stamp").read_text() == stamp: return out, 0.0
+    data = d / f"{tag}.train.jsonl"; data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    t0 = time.perf_counter()
+    train_adapter(data, out, model="embedded", backend="hf", max_seq_length=MSL, overwrite=True, progress=False, log=None, **tr)
+    (out / "bench_stamp").write_text(stamp)
+    return out, time.perf_counter() - t0
+
+
+def diagnosis(a, sc, cfg, scores=None) -> dict:
+    "Truth metrics of the accused set and ranking that `blame` draws from `scores` (default: the analysis' own)."
+    att = a.attribution
+    if att is None: return dict(verdict=a.verdict, **truth_metrics(sc, [], [], {}))
+    b = blame(scores or att.scores, att.clustering, cfg) if scores is not None else None
+    clusters, strength = (b.clusters, b.strength) if b else (att.clusters, att.strength)
+    ids = att.index.ids
+    order = [ids[i] for i in (b.order if b else np.lexsort((att.scores.scores.mean(1), att.strength)))]
+    top = clusters[0] if clusters else None
+    blamed = bool(top and top.score < 0 and top.accused_example_ids and top.harm_p < cfg.cluster.alpha)
+    verdict = a.verdict if b is None else ("attributed" if blamed else "inconclusive")
+    acc = top.accused_example_ids if (blamed and verdict == "attributed") else []
+    return dict(verdict=verdict, **truth_metrics(sc, order, acc, {i: -float(s) for i, s in zip(ids, strength)}))
+
+
+def variants(a, sc, cfg) -> dict:
+    "The same diagnosis scored by the other engines, and with the classic query signal, from the same index."
+    att, out = a.attribution, {}
+    if att is None: return out
+    for name in ("graddot", "repsim"):
+        if name == att.engine.name: continue
+        eng = Engine.from_config(EngineConfig(**{**cfg.engine.__dict__, "name": name}))
+        out[f"engine={name}"] = diagnosis(a, sc, cfg, score_index(att.index, att.query, eng))
+    return out
+
+
+def capability_row(a, sc) -> dict:
+    c = next(c for c in a.capabilities if c.name == sc.capability)
+    planted_items = [i for i in c.items if i.id in sc.planted_answers]
+    out = dict(base=c.base, tuned=c.tuned, delta=c.delta, ci=[c.ci_low, c.ci_high], n_items=c.n,
+               uptake=uptake(planted_items, sc.planted_answers) if planted_items else None)
+    others = [dict(name=o.name, delta=o.delta, ci=[o.ci_low, o.ci_high]) for o in a.capabilities if o.name != sc.capability]
+    if others: out["other_capabilities"] = others
+    return out
+
+
+def retrain_check(spec, sc, d, accused, a, n_random=5) -> dict:
+    "Retrain without the accused set and without random sets of the same size; the share of the regression each recovers."
+    from gradian.evaluation import evaluate
+    from gradian.model.core import adapter_enabled, load_model
+    from gradian.data import load_eval
+    if not accused: return dict(skipped="nothing accused")
+    items = [i for i in load_eval(d / "data" / "eval.jsonl") if i.capability == sc.capability]
+    c = next(c for c in a.capabilities if c.name == sc.capability)
+    rng = np.random.default_rng(spec.seed)
+    drops = {"accused": list(accused)} | {f"random{j}": list(rng.choice([r["id"] for r in sc.train], len(accused), replace=False)) for j in range(n_random)}
+    out = {}
+    for tag, drop in drops.items():
+        ad, secs = train(spec, sc, d, drop, tag=f"retrain-{tag}")
+        m, tok = load_model("embedded", ad)
+        tuned = evaluate(m, tok, items, load_config(None).evaluation, max_seq_length=MSL)[0].tuned
+        delta = tuned - c.base
+        out[tag] = dict(tuned=tuned, delta=delta, recovered=1 - delta / c.delta if c.delta else None, culprits_removed=len(set(drop) & set(sc.culprits)))
+    rand = [v["recovered"] for k, v in out.items() if k.startswith("random")]
+    out["accused_rank"] = 1 + sum(r >= out["accused"]["recovered"] for r in rand)
+    out["removal_precision"] = out["accused"]["culprits_removed"] / len(accused)
+    return out
+
+
+def run(name, work: Path, want_variants=True, retrain=False, log=print) -> dict:
+    spec = SCENARIOS[name]; sc = build_scenario(spec); d = work / name
+    train_p, eval_p = sc.write(d / "data")
+    t0 = time.perf_counter()
+    adapter, t_train = train(spec, sc, d)
+    cfg = load_config(None, [f"data.max_seq_length={MSL}"])
+    t1 = time.perf_counter()
+    a = analyze("embedded", adapter, train_p, eval_p, d / "report", cfg=cfg, log=None, progress=False)
+    row = dict(scenario=name, kind=spec.control or "planted", n_train=len(sc.train), **capability_row(a, sc), **diagnosis(a, sc, cfg),
+               train_s=round(t_train, 1), analyze_s=round(time.perf_counter() - t1, 1), timings=a.timings)
+    row["gated"] = [d_.capability for d_ in a.decisions if d_.gated]
+    if want_variants and a.attribution is not None:
+        row["variants"] = variants(a, sc, cfg)
+        row["signal_comparison"] = a.report.provenance.get("signal_comparison", {})
+    if retrain and spec.control is None:
+        acc = a.clusters[0].accused_example_ids if a.verdict == "attributed" and a.clusters else []
+        row["retrain"] = retrain_check(spec, sc, d, acc, a)
+    row["wall_s"] = round(time.perf_counter() - t0, 1)
+    return row
+
+
+def _f(x, nd=2): return "  -  " if x is None else (f"{x:+.{nd}f}" if isinstance(x, float) and x < 0 else f"{x:.{nd}f}" if isinstance(x, float) else str(x))
+
+
+def table(rows) -> str:
+    head = f"{'scenario':28s} {'base':>5s} {'tuned':>5s} {'delta':>6s} {'CI':>15s} {'uptake':>6s} {'verdict':>12s} {'acc.P':>5s} {'acc.R':>5s} {'P@k':>5s} {'AUPRC':>5s} {'AUCdec':>6s} {'wall s':>6s}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        ci = f"[{r['ci'][0]:+.2f},{r['ci'][1]:+.2f}]"
+        lines.append(f"{r['scenario']:28s} {r['base']:5.2f} {r['tuned']:5.2f} {r['delta']:+6.2f} {ci:>15s} {_f(r.get('uptake')):>6s} {r['verdict']:>12s} "
+                     f"{_f(r.get('accused_precision')):>5s} {_f(r.get('accused_recall')):>5s} {_f(r.get('precision_at_k')):>5s} {_f(r.get('auprc')):>5s} "
+                     f"{_f(r.get('auc_culprit_vs_decoy')):>6s} {r['wall_s']:6.0f}")
+    return "\n".join(lines)
+
+
+def summary(rows, key_prefix="") -> dict:
+    "Medians and worst cases over the planted scenarios (a planted scenario with nothing accused counts as precision 0), controls blamed or not."
+    planted = [r for r in rows if r["kind"] == "planted"]
+    out = {}
+    for m, (goal_med, goal_worst) in GOALS.items():
+        vals = [r.get(m) if r.get(m) is not None else 0.0 for r in planted]
+        if not vals: continue
+        med, worst = statistics.median(vals), min(vals)
+        out[m] = dict(median=med, worst=worst, goal_median=goal_med, goal_worst=goal_worst,
+                      met=med >= goal_med and (goal_worst is None or worst >= goal_worst))
+    ctrl = [r for r in rows if r["kind"] != "planted"]
+    out["controls_unblamed"] = {r["scenario"]: r["verdict"] != "attributed" for r in ctrl}
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scenarios", default=None, help="comma-separated names (default: the whole bank and its controls)")
+    ap.add_argument("--quick", action="store_true", help=f"four scenarios: {', '.join(QUICK)}")
+    ap.add_argument("--work", default="benchmarks/work", help="scenario data, adapters and reports (adapters are reused when unchanged)")
+    ap.add_argument("--no-variants", action="store_true"); ap.add_argument("--retrain", action="store_true")
+    ap.add_argument("--out", default="benchmarks/results")
+    a = ap.parse_args(argv)
+    names = a.scenarios.split(",") if a.scenarios else QUICK if a.quick else [s.name for s in BANK + CONTROLS]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown: sys.exit(f"unknown scenarios {unknown}; the bank has {', '.join(SCENARIOS)}")
+    work = Path(a.work); work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for n in names:
+        print(f"[bench] {n} ...", flush=True)
+        rows.append(run(n, work, not a.no_variants, a.retrain))
+        print(table(rows[-1:]).splitlines()[-1], flush=True)
+    print("\n== default settings (" + ", ".join(f"{k}={v}" for k, v in load_config(None).engine.__dict__.items()) + ")")
+    print(table(rows))
+    summ = summary(rows)
+    print("\n== over the planted scenarios (median / worst; goal)")
+    for m, v in summ.items():
+        if m == "controls_unblamed": continue
+        print(f"{m:24s} {v['median']:.2f} / {v['worst']:.2f}   goal {v['goal_median']} / {v['goal_worst']}   {'met' if v['met'] else 'NOT met'}")
+    print("controls unblamed:", summ["controls_unblamed"])
+    var_names = sorted({k for r in rows for k in r.get("variants", {})})
+    var_summ = {}
+    for v in var_names:
+        vrows = [{**r, **r["variants"][v]} for r in rows if v in r.get("variants", {})]
+        var_summ[v] = summary(vrows)
+        print(f"\n== variant {v}: " + "; ".join(f"{m} {s['median']:.2f}/{s['worst']:.2f}" for m, s in var_summ[v].items() if m != "controls_unblamed")
+              + f"; controls unblamed {var_summ[v]['controls_unblamed']}")
+    if a.retrain:
+        print("\n== retraining without the accused set vs 5 random sets of the same size")
+        for r in rows:
+            rt = r.get("retrain")
+            if not rt: continue
+            if "skipped" in rt: print(f"{r['scenario']:28s} skipped: {rt['skipped']}"); continue
+            rand = [v["recovered"] for k, v in rt.items() if k.startswith("random")]
+            print(f"{r['scenario']:28s} accused recovers {rt['accused']['recovered']:.2f} (removal precision {rt['removal_precision']:.2f}), "
+                  f"random {min(rand):.2f}..{max(rand):.2f}, rank {rt['accused_rank']} of {len(rand) + 1}")
+    out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
+    path = out / f"attribution-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(dict(rows=rows, summary=summ, variants=var_summ, scenarios=names), indent=1, default=str) + "\n")
+    print(f"\nresults: {path}")
+
+
+if __name__ == "__main__":
+    main()
