@@ -23,7 +23,7 @@ import numpy as np
 from gradian.analyze import analyze
 from gradian.attribution import blame
 from gradian.config import EngineConfig, load_config
-from gradian.core import hash_text
+from gradian.core import stable_hash
 from gradian.demo import DEMO_TRAINING
 from gradian.engines import Engine
 from gradian.evaluation import uptake
@@ -40,7 +40,7 @@ def train(spec, sc, d: Path, drop=(), tag="adapter"):
     from gradian.model.training import train_adapter
     tr = {**DEMO_TRAINING, **dict(spec.training)}
     rows = [r for r in sc.train if r["id"] not in set(drop)]
-    stamp = hash_text(json.dumps([asdict(spec), sorted(drop), tr, MSL], sort_keys=True, default=str))
+    stamp = stable_hash(json.dumps([asdict(spec), sorted(drop), tr, MSL], sort_keys=True, default=str))
     out = d / tag
     if (out / "bench_stamp").exists() and (out / "bench_stamp").read_text() == stamp: return out, 0.0
     data = d / f"{tag}.train.jsonl"; data.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -120,6 +120,10 @@ def run(name, work: Path, want_variants=True, retrain=False, log=print) -> dict:
     row = dict(scenario=name, kind=spec.control or "planted", n_train=len(sc.train), **capability_row(a, sc), **diagnosis(a, sc, cfg),
                train_s=round(t_train, 1), analyze_s=round(time.perf_counter() - t1, 1), timings=a.timings)
     row["gated"] = [d_.capability for d_ in a.decisions if d_.gated]
+    if a.attribution is not None:                         # per-item scores for offline study of accusation rules
+        att = a.attribution
+        np.savez_compressed(d / "scores.npz", scores=att.scores.scores, ids=np.array(att.index.ids), items=np.array(att.scores.labels),
+                            clusters=att.clustering.labels, culprit=np.array([i in set(sc.culprits) for i in att.index.ids]))
     if want_variants and a.attribution is not None:
         row["variants"] = variants(a, sc, cfg)
         row["signal_comparison"] = a.report.provenance.get("signal_comparison", {})

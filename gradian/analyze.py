@@ -153,5 +153,9 @@ def _report(res:Analysis, verdict:str, lead:dict, refused:list, base_prov:dict, 
                                 silhouette=att.clustering.silhouette) if att else {})
     cap_rows = [{**c.summary(), "gated": next(d.gated for d in decisions if d.capability == c.name)} for c in caps]
     texts = {e.id: _short_text(e.text, 100) for e in examples}
+    regressed = [dict(id=i.id, capability=i.capability, prompt=i.prompt, answers=list(i.answers), base=i.base, tuned=i.tuned,
+                      base_output=i.base_output, tuned_output=i.tuned_output) for c in caps for i in c.regressed_items]
+    n_accused = int(att.accused.sum()) if att else 0
+    shown = cfg_top_k if (cfg_top_k := base_prov["config"]["report"]["top_k"]) is not None else max(20, n_accused + 10)
     return Report(verdict, _summary(verdict, decisions, caps, lead), lead, cap_rows, [f.to_dict() for f in sort_findings(res.findings)],
-                  [c.to_dict() for c in res.clusters], att.examples if att else [], att.spans if att else [], refused, prov, texts)
+                  [c.to_dict() for c in res.clusters], att.examples if att else [], att.spans if att else [], refused, prov, regressed, texts, shown)

@@ -82,8 +82,8 @@ def blame(scores:InfluenceScores, clustering:Clustering, cfg:GradianConfig) -> B
     return Blame(accused, strength, item_of, clusters, np.lexsort((overall, strength)))
 
 # %% ../nbs/15b_attribution.ipynb #541780b4
-def rank_examples(scores:InfluenceScores, b:Blame, top_k:int) -> list[dict]:
-    "The `top_k` most harmful examples of blame `b` (strongest per-item z first, ties by mean score) as report rows."
+def rank_examples(scores:InfluenceScores, b:Blame, top_k:int|None=None) -> list[dict]:
+    "The `top_k` (default: all) most harmful examples of blame `b` (strongest per-item z first, ties by mean score) as report rows."
     overall, n = scores.scores.mean(1), scores.n
     cof = {i: c.id for c in b.clusters for i in c.example_ids}
     return [dict(id=scores.ids[i], score=float(overall[i]), predicted_loss_delta_if_removed=float(overall[i] / n), cluster=cof.get(scores.ids[i]),
@@ -181,7 +181,7 @@ def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:
         bl = blame(sc, cl, cfg); clusters = bl.clusters
     with st("cross-reference", "harmful clusters against mechanical findings"):
         xref = cross_reference(clusters, findings, cfg.cluster.alpha, len(examples))
-    ranked = rank_examples(sc, bl, cfg.report.top_k)
+    ranked = rank_examples(sc, bl)                      # the whole ranking: report.json keeps it, report.md shows its head
     with st("spans", "drill into the most harmful long examples"):
         spans = drill_down(model, tokenizer, examples, idx, q, sc, engine, bl.strength, bl.item_of, cfg)
     with st("compare", "the same diagnosis under the classic signal and the other engines"):

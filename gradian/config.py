@@ -126,7 +126,7 @@ class ClusterConfig:
 @dataclass
 class ReportConfig:
     out: str = opt("gradian-report", "report folder")
-    top_k: int = opt(20, "examples listed in the report")
+    top_k: Optional[int] = opt(None, "examples listed in report.md (report.json holds the whole ranking); none lists every accused example plus 10, and at least 20")
     span_min_tokens: int = opt(80, "examples with at least this many supervised tokens are drilled into sentence by sentence")
     span_examples: int = opt(3, "how many of the most harmful long examples get a span drill-down")
 

@@ -19,7 +19,7 @@ from .query.scorer import SIGN_CONVENTION
 __all__ = ['SCHEMA_VERSION', 'REPORT_SCHEMA', 'validate_report', 'Report', 'to_markdown', 'save_figures', 'save']
 
 # %% ../nbs/16_report.ipynb #5852234a
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 _num = {"type": ["number", "null"]}
 _CAPABILITY = {"type": "object", "required": ["name", "metric", "base", "tuned", "delta", "ci_low", "ci_high", "n", "gated", "proxy_used"],
     "properties": {"name": {"type": "string"}, "metric": {"enum": ["exact_match", "contains", "loglik"]}, "base": _num, "tuned": _num, "delta": _num,
@@ -96,13 +96,15 @@ class Report:
     spans: list = field(default_factory=list)
     refused: list = field(default_factory=list)
     provenance: dict = field(default_factory=dict)
+    regressed_items: list = field(default_factory=list)    # eval items that got worse: prompt, reference, base and tuned answers
     texts: dict = field(default_factory=dict)        # example id -> short text, for the markdown only
+    shown: int = 20                                  # ranked examples listed in the markdown (report.json keeps them all)
 
 # %% ../nbs/16_report.ipynb #5729eee8
 @patch
 def to_json(self:Report) -> dict:
-    "The report as a canonical, schema-shaped dict (without the markdown-only `texts`)."
-    d = {k: v for k, v in asdict(self).items() if k != "texts"}
+    "The report as a canonical, schema-shaped dict (without the markdown-only `texts` and `shown`)."
+    d = {k: v for k, v in asdict(self).items() if k not in ("texts", "shown")}
     return _canon({"schema_version": SCHEMA_VERSION, **d})
 
 # %% ../nbs/16_report.ipynb #c574c46a
@@ -129,6 +131,15 @@ def _md_exemplars(self:Report) -> list[str]:
         out += [f"- `{e['id']}` ({_fmt(e['score'])}): {e.get('text', '')}" for e in c["exemplars"]]
     return out
 
+# %% ../nbs/16_report.ipynb #89ed2c57
+@patch
+def _md_regressed(self:Report, width:int=80) -> str:
+    "The eval items that got worse: prompt, reference and what the base and the tuned model answered (shortened to `width`)."
+    cut = lambda s: "" if s is None else (" ".join(str(s).split())[:width - 1] + "…" if len(" ".join(str(s).split())) > width else " ".join(str(s).split()))
+    rows = [[r["id"], r["capability"], cut(r["prompt"]), cut(" / ".join(r["answers"])), cut(r.get("base_output")), cut(r.get("tuned_output"))]
+            for r in self.regressed_items]
+    return _md_table(rows, ["item", "capability", "prompt", "reference", "base answer", "tuned answer"])
+
 # %% ../nbs/16_report.ipynb #33b74197
 @patch
 def _md_clusters(self:Report) -> str:
@@ -148,7 +159,7 @@ def _md_examples(self:Report) -> str:
     if not self.examples: return "_None._"
     rows = [[i + 1, e["id"] + (" **(accused)**" if e.get("accused") else ""), _fmt(e.get("strength_z")) if e.get("strength_z") is not None else "",
              e.get("most_affected_item", ""), _fmt(e["score"]), _fmt(e["predicted_loss_delta_if_removed"]), e["cluster"], self.texts.get(e["id"], "")]
-            for i, e in enumerate(self.examples)]
+            for i, e in enumerate(self.examples[:self.shown])]
     return ("Ranked by strength: the example's most harmful robust z-score over the regressed items, and the item it hurts most. "
             "Score: the mean over items, i.e. the predicted effect on the average query loss.\n\n"
             + _md_table(rows, ["rank", "id", "strength (z)", "most affected item", "score", "predicted Δloss if removed", "cluster", "text"]))
@@ -211,8 +222,10 @@ def _md_provenance(self:Report) -> str:
 @patch
 def md_sections(self:Report) -> list[tuple[str, str]]:
     "The (heading, markdown body) pairs of the report below its header, in reading order; optional sections only when non-empty."
-    sec = [("Capabilities", self._md_capabilities()), ("Harmful clusters", self._md_clusters()),
-           (f"Most harmful examples (top {len(self.examples)})", self._md_examples())]
+    sec = [("Capabilities", self._md_capabilities())]
+    if self.regressed_items: sec.append(("Regressed items", self._md_regressed()))
+    sec += [("Harmful clusters", self._md_clusters()),
+            (f"Most harmful examples (top {min(self.shown, len(self.examples))} of {len(self.examples)})", self._md_examples())]
     if self.spans: sec.append(("Inside long examples: span drill-down", self._md_spans()))
     if cc := self._md_crosschecks(): sec.append(("Cross-checks", cc))
     return sec + [("Findings", self._md_findings()), ("What Gradian does not claim", self._md_refused()),

@@ -32,6 +32,19 @@ def test_capital_scenario_is_attributed_to_the_planted_cluster(capital):
     assert a.report.lead["kind"] == "cluster"
 
 
+def test_report_shows_the_regressed_items_and_the_whole_ranking(capital):
+    out, a, truth = capital
+    rep = json.loads((out / "report" / "report.json").read_text())
+    assert len(rep["examples"]) == a.index.n                  # the whole ranking is in report.json
+    regressed = {i.id for c in a.capabilities for i in c.regressed_items}
+    assert {r["id"] for r in rep["regressed_items"]} == regressed and all(r["tuned_output"] for r in rep["regressed_items"])
+    md = (out / "report" / "report.md").read_text()
+    n_accused = int(a.attribution.accused.sum())
+    shown = max(20, n_accused + 10)                           # every accused example and a margin, at least 20
+    assert f"## Most harmful examples (top {shown} of {a.index.n})" in md
+    assert md.index("## Regressed items") < md.index("## Harmful clusters")
+
+
 def test_auto_chose_contrastive_and_classic_is_recorded(capital):
     out, a, truth = capital
     assert {p.signal for p in a.query.pairs} == {"contrastive"} and all(p.form == "minimal pair" for p in a.query.pairs)
