@@ -6,7 +6,8 @@ Docs: https://gradian-dev.github.io/gradian/attribution.html.md"""
 
 # %% ../nbs/15b_attribution.ipynb #93e111be
 from __future__ import annotations
-import time
+import re, time
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,11 +23,12 @@ from .provenance import data_fingerprint
 from .query.signals import Query, build_query
 from .query.scorer import InfluenceScores, score_index
 from .query.spans import score_example_spans, separation
-from .cluster import Clustering, accuse, aggregate_clusters, cluster_examples
+from .cluster import Clustering, accuse, aggregate_clusters, cluster_examples, example_text
 from .crosscheck import cross_reference, engine_agreement, signal_comparison
 
 # %% auto #0
-__all__ = ['Stages', 'open_index', 'regressed_items', 'Blame', 'blame', 'rank_examples', 'drill_down', 'Attribution', 'attribute']
+__all__ = ['Stages', 'open_index', 'regressed_items', 'Blame', 'blame', 'rank_examples', 'concerned_item', 'drill_down',
+           'Attribution', 'attribute']
 
 # %% ../nbs/15b_attribution.ipynb #ba1fb1f8
 class Stages:
@@ -89,33 +91,51 @@ def rank_examples(scores:InfluenceScores, b:Blame, top_k:int|None=None) -> list[
     return [dict(id=scores.ids[i], score=float(overall[i]), predicted_loss_delta_if_removed=float(overall[i] / n), cluster=cof.get(scores.ids[i]),
                  strength_z=float(b.strength[i]), most_affected_item=scores.labels[b.item_of[i]], accused=bool(b.accused[i])) for i in b.order[:top_k]]
 
+# %% ../nbs/15b_attribution.ipynb #b74238f6
+_STOP = frozenset("a an the of in on at to is are was were what which who whom how do does did name tell me give for by with and or "
+                  "it its this that from as be about can you your i please".split())
+
+def _words(s:str) -> set: return set(re.findall(r"[a-z0-9]+", s.lower())) - _STOP
+
+def concerned_item(text:str, pairs:Sequence, harm:np.ndarray) -> int:
+    "Index of the query pair a training `text` is about: most rare words shared with its prompt and wrong answer; ties by `harm` (lowest first)."
+    W = [_words(p.prompt + " " + (p.wrong or "")) for p in pairs]; n = len(W)
+    df, T = Counter(w for s in W for w in s), _words(text)
+    weight = np.array([sum(np.log(n / df[w]) for w in s & T) for s in W])
+    return int(np.lexsort((np.asarray(harm, dtype=float), -weight))[0])
+
 # %% ../nbs/15b_attribution.ipynb #e0c14f45
-def _span_row(ex, item_id:str, n_sup:int, engine:str, df) -> dict:
-    "One drilled example for the report: its span table and how far the top span stands out."
+def _span_row(ex, item_id:str, n_sup:int, engine:str, df, min_separation:float) -> dict:
+    "One drilled example for the report: its span table, how far the top span stands out, and its culprit when that is clear."
     df = df.sort_values("start"); sep, sep_sum = separation(df), separation(df, "score_sum")
+    ranked = df.sort_values("rank"); top = str(ranked.iloc[0]["span"])
+    dominant = abs(ranked["score"].iloc[0]) >= ranked["score"].abs().max()       # no helpful span outweighs the most harmful one
+    clear = bool(sep >= min_separation and dominant)
     return dict(example_id=ex.id, item_id=item_id, n_supervised=n_sup, engine=engine, separation=sep, separation_sum=sep_sum,
-                culprit=str(df.sort_values("rank").iloc[0]["span"]),
-                note=f"{n_sup} supervised tokens; per-item query of {item_id}; the rank-1 span scores {sep:.1f}x the median "
-                     f"|score| (per token) of the others, {sep_sum:.1f}x on the summed score",
+                culprit=top if clear else None, conclusive=clear,
+                note=f"{n_sup} supervised tokens; per-item query of {item_id}; the rank-1 span scores {sep:.1f}x the median |score| (per token) of "
+                     f"the others, {sep_sum:.1f}x on the summed score" + ("" if clear else "; no sentence is named: " + (
+                         f"below {min_separation:g}x" if sep < min_separation else "a helpful span stands out more than the most harmful one")),
                 spans=[dict(rank=int(r["rank"]), text=str(r["span"]), start=int(r["start"]), end=int(r["end"]), tokens=int(r["tokens"]),
                             score=float(r["score"]), score_sum=float(r["score_sum"])) for _, r in df.iterrows()])
 
 # %% ../nbs/15b_attribution.ipynb #2fadd5a0
 def drill_down(model, tokenizer, examples:Sequence, index:GradientIndex, query:Query, scores:InfluenceScores, engine:Engine,
                strength:np.ndarray, item_of:np.ndarray, cfg:GradianConfig) -> list[dict]:
-    "Span tables of the most harmful long examples, each against the regressed item it hurts most, scored by the main `engine`."
+    "Span tables of the most harmful long examples, each against the regressed item it is about (`concerned_item`), scored by the main `engine`."
     n_sup, by_id, rc = index.aux()[:, 2], {e.id: e for e in examples}, cfg.report
     long_ = [i for i in np.argsort(strength, kind="stable") if n_sup[i] >= rc.span_min_tokens and strength[i] < 0][:rc.span_examples]
     if not long_: return []
     if not engine.uses_gradients: engine = Engine.from_config(EngineConfig(name="graddot", normalize=cfg.engine.normalize)).fit(index)
-    items = sorted({int(item_of[i]) for i in long_})
+    about = {i: concerned_item(example_text(by_id[index.ids[i]]), query.pairs, scores.scores[i]) for i in long_}
+    items = sorted(set(about.values()))
     Pq, row_of, cap = engine.precondition(query.vectors[items].float()), {j: r for r, j in enumerate(items)}, make_capture(index, model, tokenizer)
     out = []
     for i in long_:
-        j = int(item_of[i]); ex = by_id[index.ids[i]]
+        j = about[i]; ex = by_id[index.ids[i]]
         df = score_example_spans(model, tokenizer, ex, Pq[row_of[j]], index=index, capture=cap, engine=engine,
                                  max_seq_length=cfg.data.max_seq_length, preconditioned=True)
-        out.append(_span_row(ex, scores.labels[j], int(n_sup[i]), engine.name, df))
+        out.append(_span_row(ex, scores.labels[j], int(n_sup[i]), engine.name, df, rc.span_min_separation))
     return out
 
 # %% ../nbs/15b_attribution.ipynb #5ebc8c5e

@@ -129,6 +129,7 @@ class ReportConfig:
     top_k: Optional[int] = opt(None, "examples listed in report.md (report.json holds the whole ranking); none lists every accused example plus 10, and at least 20")
     span_min_tokens: int = opt(80, "examples with at least this many supervised tokens are drilled into sentence by sentence")
     span_examples: int = opt(3, "how many of the most harmful long examples get a span drill-down")
+    span_min_separation: float = opt(3.0, "a drilled example's top sentence is named the culprit only when it scores this many times the median of the others")
 
 # %% ../nbs/01_config.ipynb #945ba8be
 @dataclass

@@ -169,10 +169,11 @@ def _md_examples(self:Report) -> str:
 def _md_spans(self:Report) -> str:
     "For each drilled-down example, its sentences ranked by per-token harm against its most affected item; the worst in bold."
     out = ["Long examples dilute a wrong sentence among many benign ones; here each is split into sentences and scored against "
-           "the query of the single item it hurts most (in document order). Score: the span's own loss (mean over its tokens), "
+           "the query of the item it is about (in document order). Score: the span's own loss (mean over its tokens), "
            "so rank 1 is the most harmful per token; score (sum) is the summed loss over its tokens, and these add up to the example's."]
     for s in self.spans:
-        out.append(f"**`{s['example_id']}`** against item `{s['item_id']}` ({s.get('note', '')}). Culprit: _{s.get('culprit', '')}_")
+        named = f"Culprit: _{s['culprit']}_" if s.get("culprit") else "Culprit: none named (inconclusive: no sentence stands out from the others)"
+        out.append(f"**`{s['example_id']}`** against item `{s['item_id']}` ({s.get('note', '')}). {named}")
         out.append(_md_table([[sp["rank"], _fmt(sp["score"]), _fmt(sp["score_sum"]), sp["tokens"],
                                ("**" + sp["text"] + "**") if sp["rank"] == 1 else sp["text"]] for sp in s["spans"]],
                              ["rank", "score", "score (sum)", "tokens", "span"]))

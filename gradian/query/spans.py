@@ -70,7 +70,9 @@ def score_example_spans(model, tokenizer, example:Example, query, spans:Sequence
     """Score each span of `example`'s answer (sentences by default, or character ranges of the assistant text) against `query`
     ((D,) or (1, D) in the index's layout; a multi-row query is averaged, which dilutes the culprit: prefer one item's query).
     `engine`: the fitted `Engine` of the main scores (span score = g_span . engine.precondition(q)), a registry name, or None for graddot;
-    `preconditioned=True` says `query` is already `engine.precondition(q)` (a drill-down preconditions all its items in one pass)."""
+    `preconditioned=True` says `query` is already `engine.precondition(q)` (a drill-down preconditions all its items in one pass).
+    `score` is the span's own loss (mean over its tokens) scored against the query, or, when the engine normalises gradients (l2), the
+    cosine-like score of the span's gradient direction; `score_sum` is the summed-loss score, additive over spans that tile the answer."""
     answers = [m for m in example.messages if m["role"] == "assistant"]
     text = answers[turn]["content"]
     if not text.strip(): raise GradianError(f"example {example.id!r} has an empty answer: no spans to score")
@@ -88,8 +90,12 @@ def score_example_spans(model, tokenizer, example:Example, query, spans:Sequence
     Pq = q if preconditioned else eng.precondition(q)
     sums = (G @ Pq.T)[:, 0].numpy().astype(float)
     tokens = np.array([int(sum(masks[i])) for i in keep])
+    # the engine's own normalisation: under l2 a span is scored by its gradient's direction, as examples are (a sentence the
+    # fine-tune already fits has a small gradient, but it still points where the query does)
+    l2 = getattr(engine if preconditioned else eng, "normalize", "none") == "l2"
+    per = sums / G.norm(dim=1).clamp(min=1e-30).numpy().astype(float) if l2 else sums / tokens
     df = pd.DataFrame({"span": [text[spans[i][0]:spans[i][1]].strip() for i in keep], "start": [spans[i][0] for i in keep],
-                       "end": [spans[i][1] for i in keep], "tokens": tokens, "score": sums / tokens, "score_sum": sums})
+                       "end": [spans[i][1] for i in keep], "tokens": tokens, "score": per, "score_sum": sums})
     df["rank"] = df["score"].rank(method="first").astype(int)
     df.attrs.update(example_id=example.id, skipped_spans=[dict(start=spans[i][0], end=spans[i][1], reason="maps to no supervised token") for i in empty],
                     engine=getattr(engine, "name", engine) if preconditioned else eng.name, n_query_rows=int(torch.as_tensor(query).reshape(-1, capture.dim).shape[0]))
