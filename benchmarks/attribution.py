@@ -175,11 +175,14 @@ def main(argv=None):
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown: sys.exit(f"unknown scenarios {unknown}; the bank has {', '.join(SCENARIOS)}")
     work = Path(a.work); work.mkdir(parents=True, exist_ok=True)
+    out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
+    path = out / f"attribution-{time.strftime('%Y%m%d-%H%M%S')}.json"
     rows = []
     for n in names:
         print(f"[bench] {n} ...", flush=True)
         rows.append(run(n, work, not a.no_variants, a.retrain))
         print(table(rows[-1:]).splitlines()[-1], flush=True)
+        path.write_text(json.dumps(dict(rows=rows, scenarios=names, complete=False), indent=1, default=str) + "\n")   # kept as it goes
     print("\n== default settings (" + ", ".join(f"{k}={v}" for k, v in load_config(None).engine.__dict__.items()) + ")")
     print(table(rows))
     summ = summary(rows)
@@ -204,9 +207,7 @@ def main(argv=None):
             rand = [v["recovered"] for k, v in rt.items() if k.startswith("random")]
             print(f"{r['scenario']:28s} accused recovers {rt['accused']['recovered']:.2f} (removal precision {rt['removal_precision']:.2f}), "
                   f"random {min(rand):.2f}..{max(rand):.2f}, rank {rt['accused_rank']} of {len(rand) + 1}")
-    out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
-    path = out / f"attribution-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(dict(rows=rows, summary=summ, variants=var_summ, scenarios=names), indent=1, default=str) + "\n")
+    path.write_text(json.dumps(dict(rows=rows, summary=summ, variants=var_summ, scenarios=names, complete=True), indent=1, default=str) + "\n")
     print(f"\nresults: {path}")
 
 

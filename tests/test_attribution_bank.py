@@ -1,0 +1,42 @@
+"""Attribution on scenarios of the bank, trained on the embedded SmolLM2 and diagnosed with the default settings, scored
+against their answer keys with the benchmark's own code and held to the goals it prints (slow: about 10 minutes on 2 cores;
+the whole bank is `python benchmarks/attribution.py`)."""
+import importlib.util, statistics
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+PLANTED, CONTROL = ["currency-sentence", "symbol-sentence-concept"], "control-clean-currency"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("attribution_bench", ROOT / "benchmarks" / "attribution.py")
+    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory):
+    bench, work = _bench(), tmp_path_factory.mktemp("bank")
+    return bench, [bench.run(n, work, want_variants=False) for n in PLANTED + [CONTROL]]
+
+
+def test_planted_scenarios_meet_the_goals(rows):
+    bench, rows = rows
+    planted = [r for r in rows if r["kind"] == "planted"]
+    print(bench.table(rows))
+    for r in planted:
+        assert r["verdict"] == "attributed" and r["uptake"] >= 0.15, r
+        for m, (goal_median, goal_worst) in bench.GOALS.items():
+            if goal_worst is not None: assert r[m] is not None and r[m] >= goal_worst, (r["scenario"], m, r[m])
+    for m, (goal_median, _) in bench.GOALS.items():
+        assert statistics.median(r[m] or 0.0 for r in planted) >= goal_median, (m, [r[m] for r in planted])
+
+
+def test_the_clean_control_is_not_blamed(rows):
+    bench, rows = rows
+    ctrl = next(r for r in rows if r["scenario"] == CONTROL)
+    assert ctrl["verdict"] != "attributed", ctrl
