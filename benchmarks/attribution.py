@@ -65,10 +65,29 @@ def diagnosis(a, sc, cfg, scores=None) -> dict:
     return dict(verdict=verdict, **truth_metrics(sc, order, acc, {i: -float(s) for i, s in zip(ids, strength)}))
 
 
+RULES = {"accuse_frac=0.25": ["cluster.accuse_frac=0.25"], "accuse_frac=0": ["cluster.accuse_frac=0"],
+         "accuse_z=2.5": ["cluster.accuse_z=2.5"], "accuse_z=2.5,frac=0.25": ["cluster.accuse_z=2.5", "cluster.accuse_frac=0.25"]}
+
+
+def rule_variants(sc, scores, clustering, cfg_overrides=()) -> dict:
+    "The default engine's scores under other accusation rules (`blame` with other `cluster.*` settings)."
+    out = {}
+    for name, ov in RULES.items():
+        cfg = load_config(None, [f"data.max_seq_length={MSL}", *cfg_overrides, *ov])
+        b = blame(scores, clustering, cfg)
+        top = b.clusters[0] if b.clusters else None
+        blamed = bool(top and top.score < 0 and top.accused_example_ids and top.harm_p < cfg.cluster.alpha)
+        order = [scores.ids[i] for i in b.order]
+        out[f"rule:{name}"] = dict(verdict="attributed" if blamed else "inconclusive",
+                                   **truth_metrics(sc, order, top.accused_example_ids if blamed else [], {i: -float(z) for i, z in zip(scores.ids, b.strength)}))
+    return out
+
+
 def variants(a, sc, cfg) -> dict:
-    "The same diagnosis scored by the other engines, and with the classic query signal, from the same index."
+    "The same diagnosis scored by the other engines, and under other accusation rules, from the same index and queries."
     att, out = a.attribution, {}
     if att is None: return out
+    out.update(rule_variants(sc, att.scores, att.clustering))
     for name in ("graddot", "repsim"):
         if name == att.engine.name: continue
         eng = Engine.from_config(EngineConfig(**{**cfg.engine.__dict__, "name": name}))
@@ -163,6 +182,26 @@ def summary(rows, key_prefix="") -> dict:
     return out
 
 
+def offline(names, work: Path) -> list:
+    "Rule variants recomputed from the per-item scores a previous run saved (scores.npz): no model, seconds per scenario."
+    from gradian.cluster import Clustering
+    from gradian.query.scorer import InfluenceScores
+    rows = []
+    for n in names:
+        f = work / n / "scores.npz"
+        if not f.exists(): continue
+        d, sc = np.load(f), build_scenario(SCENARIOS[n])
+        S = InfluenceScores(list(d["ids"]), d["scores"], list(d["items"]), {}, {})
+        cl = Clustering(d["clusters"], int(d["clusters"].max()) + 1, "saved")
+        default = rule_variants(sc, S, cl); default["rule:default"] = None
+        cfg = load_config(None, [f"data.max_seq_length={MSL}"]); b = blame(S, cl, cfg); top = b.clusters[0]
+        blamed = bool(top.score < 0 and top.accused_example_ids and top.harm_p < cfg.cluster.alpha)
+        default["rule:default"] = dict(verdict="attributed" if blamed else "inconclusive", **truth_metrics(
+            sc, [S.ids[i] for i in b.order], top.accused_example_ids if blamed else [], {i: -float(z) for i, z in zip(S.ids, b.strength)}))
+        rows.append(dict(scenario=n, kind=SCENARIOS[n].control or "planted", variants=default))
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenarios", default=None, help="comma-separated names (default: the whole bank and its controls)")
@@ -170,11 +209,20 @@ def main(argv=None):
     ap.add_argument("--work", default="benchmarks/work", help="scenario data, adapters and reports (adapters are reused when unchanged)")
     ap.add_argument("--no-variants", action="store_true"); ap.add_argument("--retrain", action="store_true")
     ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--offline", action="store_true", help="only recompute accusation-rule variants from the scores a previous run saved in --work")
     a = ap.parse_args(argv)
     names = a.scenarios.split(",") if a.scenarios else QUICK if a.quick else [s.name for s in BANK + CONTROLS]
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown: sys.exit(f"unknown scenarios {unknown}; the bank has {', '.join(SCENARIOS)}")
     work = Path(a.work); work.mkdir(parents=True, exist_ok=True)
+    if a.offline:
+        rows = offline(names, work)
+        for v in sorted({k for r in rows for k in r["variants"]}):
+            vrows = [{**r, **r["variants"][v]} for r in rows]
+            s = summary(vrows)
+            print(f"{v:30s} " + "; ".join(f"{m} {x['median']:.2f}/{x['worst']:.2f}" for m, x in s.items() if m != "controls_unblamed")
+                  + f"; controls unblamed {sum(s['controls_unblamed'].values())}/{len(s['controls_unblamed'])}")
+        return
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     path = out / f"attribution-{time.strftime('%Y%m%d-%H%M%S')}.json"
     rows = []
