@@ -217,17 +217,17 @@ def main(argv=None):
         rows = offline(names, work)
         prev = sorted(Path(a.out).glob("attribution-*.json"), key=lambda p: p.stat().st_mtime)
         if prev:       # the last run's rows (levels, CIs, uptake, times) with their diagnosis re-scored under today's default rule
-            last = {r["scenario"]: r for r in json.loads(prev[-1].read_text())["rows"]}
+            last = {r["scenario"]: r for f in prev for r in json.loads(f.read_text())["rows"]}     # the newest row of each scenario
             full = [{**last[r["scenario"]], **r["variants"]["rule:default"], "variants": {**last[r["scenario"]].get("variants", {}), **r["variants"]}}
                     for r in rows if r["scenario"] in last]
             full += [{**last[n], "verdict": last[n]["verdict"]} for n in names if n in last and n not in {r["scenario"] for r in rows}]
-            print(f"== {prev[-1].name}, diagnoses re-scored from the saved scores under the current default rule")
+            print(f"== the newest row of each scenario in {', '.join(f.name for f in prev)}, diagnoses re-scored under the current default rule")
             print(table(full))
             for m, v in summary(full).items():
                 if m != "controls_unblamed": print(f"{m:24s} {v['median']:.2f} / {v['worst']:.2f}   goal {v['goal_median']} / {v['goal_worst']}   {'met' if v['met'] else 'NOT met'}")
             print("controls unblamed:", summary(full)["controls_unblamed"], "\n")
             stamp = prev[-1].stem + "-rescored.json"
-            (Path(a.out) / stamp).write_text(json.dumps(dict(rows=full, summary=summary(full), rescored_from=prev[-1].name), indent=1, default=str) + "\n")
+            (Path(a.out) / stamp).write_text(json.dumps(dict(rows=full, summary=summary(full), rescored_from=[f.name for f in prev]), indent=1, default=str) + "\n")
         for v in sorted({k for r in rows for k in r["variants"]}):
             vrows = [{**r, **r["variants"][v]} for r in rows]
             s = summary(vrows)
