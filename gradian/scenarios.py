@@ -310,8 +310,8 @@ def truth_metrics(sc:Scenario, ranked_ids:list, accused_ids, harm:dict) -> dict:
     ranking, AUPRC of `harm` (id -> higher is more harmful) for culprits among all rows, and AUC of culprits against decoys."""
     from sklearn.metrics import average_precision_score, roc_auc_score
     C, A = set(sc.culprits), set(accused_ids)
-    ids = list(harm); h = np.array([harm[i] for i in ids]); y = np.array([i in C for i in ids])
-    dec = np.array([sc.key[i].startswith("decoy") for i in ids]); sel = y | dec
+    ids = list(harm); h = np.array([harm[i] for i in ids], dtype=float); y = np.array([i in C for i in ids], dtype=bool)
+    dec = np.array([sc.key[i].startswith("decoy") for i in ids], dtype=bool); sel = y | dec
     out = dict(n_culprits=len(C), n_accused=len(A), accused_precision=len(A & C) / len(A) if A else None,
                accused_recall=len(A & C) / len(C) if C else None)
     if C:
