@@ -15,7 +15,6 @@ and worst cases over the planted scenarios, whether the controls stayed unblamed
 without its accused set and without 5 random sets of the same size and reports the share of the regression recovered.
 Everything is written to benchmarks/results/attribution-<stamp>.json."""
 import argparse, json, statistics, sys, time
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +40,7 @@ def train(spec, sc, d: Path, drop=(), tag="adapter"):
     from gradian.model.training import train_adapter
     tr = {**DEMO_TRAINING, **dict(spec.training)}
     rows = [r for r in sc.train if r["id"] not in set(drop)]
-    stamp = stable_hash(json.dumps([asdict(spec), sorted(drop), tr, MSL], sort_keys=True, default=str))
+    stamp = stable_hash(json.dumps([rows, tr, MSL], sort_keys=True, default=str))      # the rows themselves: a changed generator retrains
     out = d / tag
     if (out / "bench_stamp").exists() and (out / "bench_stamp").read_text() == stamp: return out, 0.0
     data = d / f"{tag}.train.jsonl"; data.write_text("".join(json.dumps(r) + "\n" for r in rows))
