@@ -68,19 +68,23 @@ RULES = {"accuse_frac=0.25": ["cluster.accuse_frac=0.25"], "accuse_frac=0": ["cl
          "accuse_z=2.5": ["cluster.accuse_z=2.5"], "accuse_z=2.5,frac=0.25": ["cluster.accuse_z=2.5", "cluster.accuse_frac=0.25"]}
 
 
-def _rule(sc, scores, clustering, overrides=(), first_only=False) -> dict:
-    "Truth metrics of `blame` under config `overrides`; `first_only` blames only the first-ranked cluster (the rule before blamed_cluster)."
+def _rule(sc, scores, clustering, overrides=(), first_only=False, union=False) -> dict:
+    """Truth metrics of `blame` under config `overrides`; `first_only` blames only the first-ranked cluster (the rule before
+    blamed_cluster); `union` accuses the accused members of every cluster that passes blamed_cluster's test, not only the first."""
     cfg = load_config(None, [f"data.max_seq_length={MSL}", *overrides])
-    b = blame(scores, clustering, cfg)
-    top = (b.clusters[:1] and blamed_cluster(b.clusters[:1], cfg.cluster.alpha)) if first_only else blamed_cluster(b.clusters, cfg.cluster.alpha)
+    b = blame(scores, clustering, cfg); alpha = cfg.cluster.alpha
+    top = (b.clusters[:1] and blamed_cluster(b.clusters[:1], alpha)) if first_only else blamed_cluster(b.clusters, alpha)
+    acc = top.accused_example_ids if top else []
+    if union and top: acc = [i for c in b.clusters if blamed_cluster([c], alpha) for i in c.accused_example_ids]
     return dict(verdict="attributed" if top else "inconclusive", **truth_metrics(
-        sc, [scores.ids[i] for i in b.order], top.accused_example_ids if top else [], {i: -float(z) for i, z in zip(scores.ids, b.strength)}))
+        sc, [scores.ids[i] for i in b.order], acc, {i: -float(z) for i, z in zip(scores.ids, b.strength)}))
 
 
 def rule_variants(sc, scores, clustering) -> dict:
     "The default engine's scores under other accusation rules (`blame` with other `cluster.*` settings), and the old first-cluster rule."
     out = {f"rule:{name}": _rule(sc, scores, clustering, ov) for name, ov in RULES.items()}
     out["rule:first-ranked cluster only"] = _rule(sc, scores, clustering, first_only=True)
+    out["rule:every blamed cluster"] = _rule(sc, scores, clustering, union=True)
     return out
 
 
