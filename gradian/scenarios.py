@@ -314,7 +314,7 @@ def truth_metrics(sc:Scenario, ranked_ids:list, accused_ids, harm:dict) -> dict:
     dec = np.array([sc.key[i].startswith("decoy") for i in ids], dtype=bool); sel = y | dec
     out = dict(n_culprits=len(C), n_accused=len(A), accused_precision=len(A & C) / len(A) if A else None,
                accused_recall=len(A & C) / len(C) if C else None)
-    if C:
+    if C and ids:                                      # a planted scenario the gate refused has no ranking to score
         out["precision_at_k"] = len(set(ranked_ids[:len(C)]) & C) / len(C)
         out["auprc"] = float(average_precision_score(y, h))
         out["auc_culprit_vs_decoy"] = float(roc_auc_score(y[sel], h[sel])) if dec.any() else None
