@@ -218,7 +218,7 @@ def main(argv=None):
     work = Path(a.work); work.mkdir(parents=True, exist_ok=True)
     if a.offline:
         rows = offline(names, work)
-        prev = sorted(Path(a.out).glob("attribution-*.json"), key=lambda p: p.stat().st_mtime)
+        prev = sorted((p for p in Path(a.out).glob("attribution-*.json") if not p.stem.endswith("rescored")), key=lambda p: p.stat().st_mtime)
         if prev:       # the last run's rows (levels, CIs, uptake, times) with their diagnosis re-scored under today's default rule
             last = {r["scenario"]: r for f in prev for r in json.loads(f.read_text())["rows"]}     # the newest row of each scenario
             full = [{**last[r["scenario"]], **r["variants"]["rule:default"], "variants": {**last[r["scenario"]].get("variants", {}), **r["variants"]}}
