@@ -50,34 +50,32 @@ def train(spec, sc, d: Path, drop=(), tag="adapter"):
     return out, time.perf_counter() - t0
 
 
-def diagnosis(a, sc, cfg, scores=None) -> dict:
-    "Truth metrics of the accused set and ranking that `blame` draws from `scores` (default: the analysis' own)."
-    att = a.attribution
-    if att is None: return dict(verdict=a.verdict, **truth_metrics(sc, [], [], {}))
-    b = blame(scores or att.scores, att.clustering, cfg) if scores is not None else None
-    clusters, strength = (b.clusters, b.strength) if b else (att.clusters, att.strength)
-    ids = att.index.ids
-    order = [ids[i] for i in (b.order if b else np.lexsort((att.scores.scores.mean(1), att.strength)))]
-    top = blamed_cluster(clusters, cfg.cluster.alpha)           # the cluster the report blames (analyze's rule)
-    verdict = a.verdict if b is None else ("attributed" if top else "inconclusive")
-    acc = top.accused_example_ids if (top and verdict == "attributed") else []
-    return dict(verdict=verdict, **truth_metrics(sc, order, acc, {i: -float(s) for i, s in zip(ids, strength)}))
-
-
-RULES = {"accuse_frac=0.25": ["cluster.accuse_frac=0.25"], "accuse_frac=0": ["cluster.accuse_frac=0"],
-         "accuse_z=2.5": ["cluster.accuse_z=2.5"], "accuse_z=2.5,frac=0.25": ["cluster.accuse_z=2.5", "cluster.accuse_frac=0.25"]}
-
-
-def _rule(sc, scores, clustering, overrides=(), first_only=False, union=False) -> dict:
-    """Truth metrics of `blame` under config `overrides`; `first_only` blames only the first-ranked cluster (the rule before
-    blamed_cluster); `union` accuses the accused members of every cluster that passes blamed_cluster's test, not only the first."""
-    cfg = load_config(None, [f"data.max_seq_length={MSL}", *overrides])
+def judged(sc, scores, clustering, cfg, first_only=False, union=False) -> dict:
+    """Truth metrics of `blame` on `scores` under `cfg`: the accused set is the blamed cluster's (analyze's rule); `first_only`
+    blames only the first-ranked cluster (the rule before blamed_cluster); `union` accuses every cluster that passes the test."""
     b = blame(scores, clustering, cfg); alpha = cfg.cluster.alpha
     top = (b.clusters[:1] and blamed_cluster(b.clusters[:1], alpha)) if first_only else blamed_cluster(b.clusters, alpha)
     acc = top.accused_example_ids if top else []
     if union and top: acc = [i for c in b.clusters if blamed_cluster([c], alpha) for i in c.accused_example_ids]
     return dict(verdict="attributed" if top else "inconclusive", **truth_metrics(
         sc, [scores.ids[i] for i in b.order], acc, {i: -float(z) for i, z in zip(scores.ids, b.strength)}))
+
+
+def diagnosis(a, sc, cfg, scores=None) -> dict:
+    "Truth metrics of the analysis (or of other `scores` from the same index and queries) under the one accusation rule."
+    att = a.attribution
+    if att is None: return dict(verdict=a.verdict, **truth_metrics(sc, [], [], {}))
+    row = judged(sc, scores if scores is not None else att.scores, att.clustering, cfg)
+    if scores is None: row["verdict"] = a.verdict          # analyze's own verdict (a data-defect lead included)
+    return row
+
+
+RULES = {"accuse_frac=0.25": ["cluster.accuse_frac=0.25"], "accuse_frac=0": ["cluster.accuse_frac=0"],
+         "accuse_z=2.5": ["cluster.accuse_z=2.5"], "accuse_z=2.5,frac=0.25": ["cluster.accuse_z=2.5", "cluster.accuse_frac=0.25"]}
+
+
+def _rule(sc, scores, clustering, overrides=(), **kw) -> dict:
+    return judged(sc, scores, clustering, load_config(None, [f"data.max_seq_length={MSL}", *overrides]), **kw)
 
 
 def rule_variants(sc, scores, clustering) -> dict:
@@ -172,7 +170,7 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
-def summary(rows, key_prefix="") -> dict:
+def summary(rows) -> dict:
     "Medians and worst cases over the planted scenarios (a planted scenario with nothing accused counts as precision 0), controls blamed or not."
     planted = [r for r in rows if r["kind"] == "planted"]
     out = {}
