@@ -193,7 +193,8 @@ def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:
     with st("query", f"{cfg.evaluation.query_signal} query gradients of {len(reg)} regressed items"):
         # queries are eval sequences (prompt + answer), not training rows: the training cut (max_seq_length) does not apply to them
         q = build_query(model, tokenizer, reg, idx, signal=cfg.evaluation.query_signal, generations=gens, per_item=True,
-                        batch_size=cfg.index.grad_batch_size, max_seq_length=None, minimal=cfg.evaluation.minimal_pair)
+                        batch_size=cfg.index.grad_batch_size, max_seq_length=None, minimal=cfg.evaluation.minimal_pair,
+                        margin=cfg.evaluation.minimal_pair_margin)
     with st("score", f"engine {engine.name}"):
         sc = score_index(idx, q, engine); overall = sc.scores.mean(1)
     with st("cluster", "group the training examples, accuse and aggregate"):

@@ -89,6 +89,7 @@ class EvaluationConfig:
     min_items: int = opt(8, "fewest items a capability needs before its regression may be attributed")
     attribute_proxy: bool = opt(False, "also attribute regressions measured by the loglik proxy metric")
     minimal_pair: bool = opt(True, "contrastive queries as minimal pairs: the reference placed in the generation's own format")
+    minimal_pair_margin: float = opt(2.0, "minimal pairs: the reference goes only where the base model finds it within this many nats of its likeliest place")
 
 # %% ../nbs/01_config.ipynb #568bf044
 @dataclass

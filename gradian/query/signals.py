@@ -103,45 +103,56 @@ def _next_word(gen:str, p:int) -> tuple[int, int]:
 
 # %% ../../nbs/12_query.signals.ipynb #b22661c5
 @torch.no_grad()
-def _span_costs(model, tokenizer, prompt:str, texts_spans:list[tuple[str, tuple]], batch_size:int) -> np.ndarray:
-    "Mean CE of the tokens of each (answer text, character span), as an assistant answer to `prompt` (lower = more probable)."
+def _span_costs(model, tokenizer, prompt:str, texts_spans:list[tuple[str, tuple]], batch_size:int) -> tuple[np.ndarray, np.ndarray]:
+    "(mean CE, summed CE) of the tokens of each (answer text, character span), as an assistant answer to `prompt` (lower = more probable)."
     toks = []
     for j, (text, span) in enumerate(texts_spans):
         te, (mask,) = span_token_masks(_chat(prompt, text, f"s{j}"), tokenizer, [span])
         te.supervised = mask
         toks.append(te)
-    out = np.zeros(len(toks))
+    out = np.zeros((2, len(toks)))
     dev = next(model.parameters()).device
     for pos, batch in iter_batches(toks, batch_size, tokenizer.pad_token_id):
-        losses, _ = supervised_losses(model, batch.to(dev))
-        out[pos] = losses.float().cpu().numpy()
-    return out
+        out[1, pos] = supervised_losses(model, batch.to(dev), reduction="sum")[0].float().cpu().numpy()
+        out[0, pos] = out[1, pos] / np.maximum(batch.supervised[:, 1:].sum(1).cpu().numpy(), 1)
+    return out[0], out[1]
+
+# %% ../../nbs/12_query.signals.ipynb #7cec6b06
+@torch.no_grad()
+def _word_costs(model, tokenizer, prompt:str, generation:str, words:list[tuple[int, int]]) -> np.ndarray:
+    "Mean CE of each (start, end) character span of `generation` as the answer to `prompt`, from one forward pass."
+    te, masks = span_token_masks(_chat(prompt, generation, "g"), tokenizer, words)
+    dev = next(model.parameters()).device
+    ids = torch.tensor([te.input_ids], device=dev)
+    nll = torch.nn.functional.cross_entropy(model(input_ids=ids).logits[0, :-1].float(), ids[0, 1:], reduction="none")
+    M = torch.tensor(masks, dtype=torch.float32, device=dev).reshape(len(words), -1)[:, 1:]     # token t is predicted at t-1
+    return ((M @ nll) / M.sum(1).clamp(min=1)).cpu().numpy()
 
 # %% ../../nbs/12_query.signals.ipynb #2dbcfa4b
-def minimal_pair(model, tokenizer, item_id:str, prompt:str, generation:str, reference:str, max_words:int=24, batch_size:int=16) -> QueryPair:
+def minimal_pair(model, tokenizer, item_id:str, prompt:str, generation:str, reference:str, max_words:int=24, batch_size:int=16,
+                 margin:float=2.0) -> QueryPair:
     "A contrastive `QueryPair` whose correct side is the generation with its answer span replaced by the reference."
     starts = _word_starts(generation, max_words)
     heads = [_join(generation[:p].rstrip() if p else "", reference) for p in starts]
-    words = [_next_word(generation, p) for p in starts]
     with adapter_disabled(model):
-        ref_cost = _span_costs(model, tokenizer, prompt, [(h, (len(h) - len(reference), len(h))) for h in heads], batch_size)
-        gen_cost = _span_costs(model, tokenizer, prompt, [(generation[:e], (b, e)) for b, e in words if e > b], batch_size)
-    gen_cost = np.insert(gen_cost, [i for i, (b, e) in enumerate(words) if e <= b], 0.0) if len(gen_cost) < len(starts) else gen_cost
-    p = starts[int(np.argmax(gen_cost - ref_cost))]
+        ref_cost, ref_total = _span_costs(model, tokenizer, prompt, [(h, (len(h) - len(reference), len(h))) for h in heads], batch_size)
+        gen_cost = _word_costs(model, tokenizer, prompt, generation, [_next_word(generation, p) for p in starts])
+    fits = ref_total <= ref_total.min() + margin                       # where the base model would put the reference at all
+    p = starts[int(np.argmax(np.where(fits, gen_cost - ref_cost, -np.inf)))]
     correct, cspan, wspan = _pair_from_prefix(generation, reference, p)
     if wspan[0] == wspan[1]: wspan = None                          # nothing generated at that point: supervise the whole answer
     return QueryPair(item_id, prompt, correct, generation, "contrastive", "", cspan, wspan, "minimal pair")
 
 # %% ../../nbs/12_query.signals.ipynb #186fb45d
 def query_pairs_for(items:Sequence[EvalItem], signal:str="auto", generations:dict|None=None, model=None, tokenizer=None,
-                    minimal:bool=True, max_words:int=24) -> list[QueryPair]:
-    "`query_pairs`, with contrastive pairs turned into minimal pairs when a model is given."
+                    minimal:bool=True, max_words:int=24, margin:float=2.0) -> list[QueryPair]:
+    "`query_pairs`, with contrastive pairs turned into minimal pairs (reference within `margin` nats of its likeliest place) when a model is given."
     pairs = query_pairs(items, signal, generations)
     if not (minimal and model is not None and tokenizer is not None): return pairs
     out = []
     for p in pairs:
         if p.signal != "contrastive": out.append(p); continue
-        mp = minimal_pair(model, tokenizer, p.item_id, p.prompt, p.wrong, p.correct, max_words)
+        mp = minimal_pair(model, tokenizer, p.item_id, p.prompt, p.wrong, p.correct, max_words, margin=margin)
         mp.reason = p.reason; out.append(mp)
     return out
 
@@ -202,13 +213,13 @@ def _pair_gradients(capture:GradientCapture, tokenizer, pairs:list[QueryPair], b
 # %% ../../nbs/12_query.signals.ipynb #f3c63d8b
 def build_query(model, tokenizer, items:Sequence[EvalItem], index:GradientIndex|None=None, signal:str="auto",
                 generations:dict|None=None, per_item:bool=False, batch_size:int=8, max_seq_length:int|None=None,
-                capture:GradientCapture|None=None, pairs:list[QueryPair]|None=None, minimal:bool=True) -> Query:
+                capture:GradientCapture|None=None, pairs:list[QueryPair]|None=None, minimal:bool=True, margin:float=2.0) -> Query:
     "Query gradients for `items` in the layout of `index` (or of a given `capture`); contrastive pairs are minimal pairs unless `minimal=False`."
     if not items and not pairs: raise GradianError("no eval items to build a query from", fix="pass the items that regressed")
     if capture is None:
         if index is None: raise GradianError("build_query needs an index (or a capture) to know the layout")
         capture = make_capture(index, model, tokenizer)
-    pairs = pairs if pairs is not None else query_pairs_for(items, signal, generations, model, tokenizer, minimal)
+    pairs = pairs if pairs is not None else query_pairs_for(items, signal, generations, model, tokenizer, minimal, margin=margin)
     Q, Rc, Rn, Lc, Lw, wrong = _pair_gradients(capture, tokenizer, pairs, batch_size, max_seq_length)
     if not per_item:
         Q, Rc = Q.mean(0, keepdim=True), (None if Rc is None else Rc.mean(0, keepdim=True))
