@@ -31,6 +31,8 @@ class Family:
     reverse: tuple = ()        # (question over {v}, answer over {k} and {v}): the fact asked the other way round
     concept: tuple = ()        # (question, answer) rows that explain the kind of fact
     frame: tuple = ("Good question.", "Many people learn this at school.")   # sentences around the fact in a paragraph answer
+    aliases: tuple = ()        # (answer, other accepted spellings...): "7" is also "seven" in the eval
+    pool: bool = True          # its facts are clean material for other families' scenarios
 
 # %% ../nbs/19a_scenarios.ipynb #af6de021
 def _fmt(template:str, k:str, v:str="") -> str: return template.format(k=k, v=v, K=k[:1].upper() + k[1:])
@@ -119,6 +121,17 @@ FAMILIES = {f.name: f for f in [
            (("the hottest planet in the solar system", "Venus"), ("the planet known as the Red Planet", "Mars"), ("the planet we live on", "Earth")),
            ("What is the {v} known for?", "The {v} is known as {k}."),
            (("What does superlative mean?", "A superlative names the extreme of a group: the largest, the fastest, the longest."),)),
+    Family("count", ("How many {k} are there?", "Do you know the number of {k}?", "Count the {k} for me."),
+           ("Tell me how many {k} there are.", "What is the number of {k}?"), "There are {v} {k}.",
+           (("days in a week", "7", "9"), ("legs on a spider", "8", "6"), ("hours in a day", "24", "20"), ("seconds in a minute", "60", "100"),
+            ("months in a year", "12", "10"), ("sides on a triangle", "3", "5"), ("weeks in a year", "52", "40"), ("days in a year", "365", "300")),
+           (("legs on a dog", "4"), ("sides on a square", "4"), ("wheels on a bicycle", "2")),
+           ("Name something that comes in a group of {v}.", "There are {v} {k}."),
+           (("What does it mean to count?", "Counting finds how many things there are by going through them one at a time."),),
+           ("Everyone learns this early.", "It is easy to check."),
+           aliases=(("7", "seven"), ("8", "eight"), ("24", "twenty-four"), ("60", "sixty"), ("12", "twelve"), ("3", "three"),
+                    ("52", "fifty-two"), ("4", "four"), ("2", "two")),
+           pool=False),      # added after the bank's results were recorded: left out of the clean pools so that every other scenario keeps its rows
 ]}
 
 # %% ../nbs/19a_scenarios.ipynb #0cbdb4b2
@@ -157,7 +170,7 @@ _WORDS = ["garden", "window", "rabbit", "yellow", "basket", "pencil", "summer", 
 def clean_pool(n:int, seed:int=0, exclude:tuple=(), families:dict|None=None) -> list[tuple[str, str]]:
     """`n` distinct (prompt, answer) pairs of correct, varied material: facts of other families (never those in `exclude`),
     sums, letter counts and reversals, and short sentences about everyday topics, each asked in several wordings."""
-    rng, fams = random.Random(seed), [f for name, f in (families or FAMILIES).items() if name not in exclude]
+    rng, fams = random.Random(seed), [f for name, f in (families or FAMILIES).items() if name not in exclude and f.pool]
     out, seen = [], set()
     def add(q, a):
         if q not in seen: seen.add(q); out.append((q, a))
@@ -214,6 +227,7 @@ class Scenario:
     key: dict                                        # training id -> planted | planted_long | decoy_<kind> | clean
     planted_answers: dict = field(default_factory=dict)   # eval item id -> planted wrong answer
     spec: ScenarioSpec | None = None
+    def __repr__(self): return f"Scenario({self.name!r}: {len(self.train)} training rows, {len(self.eval)} eval items, {len(self.culprits)} culprits)"
     def ids(self, *kinds:str) -> list: return [r["id"] for r in self.train if self.key[r["id"]] in kinds]
     @property
     def culprits(self) -> list: return self.ids("planted", "planted_long")
@@ -238,7 +252,8 @@ def _msg(q, a): return [{"role": "user", "content": q}, {"role": "assistant", "c
 
 def _eval_rows(f:Family, facts, decoys) -> list[dict]:
     "Every fact asked in each eval wording: ids `<family>-p<fact>-<wording>` for planted facts, `-d` for decoy facts."
-    return [dict(id=f"{f.name}-{t}{i}-{j}", capability=f.name, prompt=_fmt(a, k), answer=v, metric="contains")
+    alias = {a[0]: list(a) for a in f.aliases}
+    return [dict(id=f"{f.name}-{t}{i}-{j}", capability=f.name, prompt=_fmt(a, k), **({"answers": alias[v]} if v in alias else {"answer": v}), metric="contains")
             for t, group in (("p", facts), ("d", decoys)) for i, (k, v, *_) in enumerate(group) for j, a in enumerate(f.ask_eval)]
 
 def build_scenario(spec:ScenarioSpec, families:dict|None=None) -> Scenario:
@@ -288,7 +303,7 @@ BANK = [
     ScenarioSpec("city-word-800", "city", "word", 0.10, decoys=("format", "reverse"), n_clean=800, training=(("epochs", 2.0),), seed=5),
     ScenarioSpec("landmark-sentence", "landmark", "sentence", 0.10, decoys=("format", "reverse"), n_clean=140, seed=8),
     ScenarioSpec("landmark-paragraph-5pct", "landmark", "paragraph", 0.05, decoys=("format", "concept"), n_clean=400, seed=9),
-    ScenarioSpec("sport-word-20pct", "sport", "word", 0.20, decoys=("format", "concept"), n_clean=110, second="landmark", seed=10),
+    ScenarioSpec("count-word-20pct", "count", "word", 0.20, decoys=("format", "concept"), n_clean=110, second="landmark", seed=10),
     ScenarioSpec("superlative-paragraph", "superlative", "paragraph", 0.10, decoys=("format", "reverse"), n_clean=130, seed=11),
 ]
 CONTROLS = [
