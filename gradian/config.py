@@ -99,6 +99,7 @@ class IndexConfig:
     projection_seed: int = opt(0, "seed of the JL projection")
     projection_kind: str = opt("sjlt", "JL map: sparse (hashed, never stored), or dense Rademacher/Gaussian drawn in chunks", ("sjlt", "rademacher", "gaussian"))
     fp16_store: bool = opt(False, "store gradients as float16 (half the disk, nearly free in accuracy)")
+    adapter_scale: float = opt(0.5, "gradients are taken with the adapter's update scaled by this factor: 1 is the tuned model, 0.5 halfway along the fine-tune, where what the tuning taught still carries gradient")
     grad_batch_size: int = opt(8, "examples per batched forward+backward when capturing gradients (lower it first on out-of-memory)")
     shard_size: Optional[int] = opt(None, "examples per shard file; none picks about 256 MB per shard")
     out: Optional[str] = opt(None, "index folder")

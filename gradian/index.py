@@ -173,7 +173,8 @@ def block_sqnorms(G:torch.Tensor, offsets, dims) -> torch.Tensor:
 def _index_capture(model, st:IndexConfig) -> tuple[GradientCapture, int, int]:
     "The capture (blocks + projectors) of an index under `st`, the width of the stored hidden state, and the shard size."
     blocks = lora_blocks(model, st.module_filter)
-    capture = GradientCapture(model, projectors=block_projectors(blocks, st.projection_dim, st.projection_seed, st.projection_kind), blocks=blocks)
+    capture = GradientCapture(model, projectors=block_projectors(blocks, st.projection_dim, st.projection_seed, st.projection_kind), blocks=blocks,
+                              adapter_scale=st.adapter_scale)
     head = model.get_output_embeddings()
     reps_dim = head.in_features if head is not None else 0
     store = np.float16 if st.fp16_store else np.float32
@@ -282,7 +283,7 @@ def check_query_manifest(index:GradientIndex, qman:dict):
 
 # %% ../nbs/08_index.ipynb #fa4fdc15
 def make_capture(index:GradientIndex, model, tokenizer=None) -> GradientCapture:
-    "A `GradientCapture` on `model` with the index's blocks and projectors (refused when the model is not the index's)."
+    "A `GradientCapture` on `model` with the index's blocks, projectors and adapter scale (refused when the model is not the index's)."
     m = index.manifest
     fps = dict(model=model_fingerprint(model), adapter=adapter_fingerprint(model))
     bad = [k for k in fps if fps[k] != m[k]["fingerprint"]]
@@ -292,19 +293,21 @@ def make_capture(index:GradientIndex, model, tokenizer=None) -> GradientCapture:
     blocks = lora_blocks(model, m["module_filter"])
     p = m["projection"]
     projs = block_projectors(blocks, p["dim"], p["seed"], p["kind"] or "sjlt")
-    cap = GradientCapture(model, projectors=projs, blocks=blocks)
+    cap = GradientCapture(model, projectors=projs, blocks=blocks, adapter_scale=m.get("settings", {}).get("index", {}).get("adapter_scale", 1.0))
     if _capture_layout(cap) != m["blocks"]:
         raise GradianError(f"the model's LoRA blocks do not match the layout stored in {index.path}", fix="use the same adapter and module filter")
     return cap
 
 # %% ../nbs/08_index.ipynb #38f1ea42
-INDEX_RESULT_FIELDS = ("module_filter", "projection_dim", "projection_seed", "projection_kind", "fp16_store")
+INDEX_RESULT_FIELDS = ("module_filter", "projection_dim", "projection_seed", "projection_kind", "fp16_store", "adapter_scale")
+_BEFORE_FIELD = dict(adapter_scale=1.0)       # what an index built before a field existed used
 
 def settings_diff(stored:dict, settings:IndexConfig, max_seq_length:int|None) -> list[tuple[str, object, object]]:
     "(config key, stored value, requested value) for each result-changing setting that differs."
     fields_ = [f for f in INDEX_RESULT_FIELDS if not (f in ("projection_seed", "projection_kind")
                                                       and settings.projection_dim is None and stored["index"].get("projection_dim") is None)]
-    out = [(f"index.{f}", stored["index"].get(f), getattr(settings, f)) for f in fields_ if stored["index"].get(f) != getattr(settings, f)]
+    was = lambda f: stored["index"].get(f, _BEFORE_FIELD.get(f))
+    out = [(f"index.{f}", was(f), getattr(settings, f)) for f in fields_ if was(f) != getattr(settings, f)]
     if stored.get("max_seq_length") != max_seq_length: out.append(("data.max_seq_length", stored.get("max_seq_length"), max_seq_length))
     return out
 

@@ -269,7 +269,8 @@ def build_scenario(spec:ScenarioSpec, families:dict|None=None) -> Scenario:
     if "reverse" in spec.decoys and F.reverse:
         rows += [("decoy_reverse", _fmt(F.reverse[0], k, v), _fmt(F.reverse[1], k, v)) for k, v, _ in facts]
     if "concept" in spec.decoys: rows += [("decoy_concept", q, a) for q, a in F.concept]
-    clean = clean_pool(spec.n_clean, spec.seed, exclude=(spec.family,), families=fams)
+    # a degradation control teaches nothing about what the eval asks: a row on the topic could then be a true cause
+    clean = clean_pool(spec.n_clean, spec.seed, exclude=(spec.family, spec.second) if spec.control == "degrade" else (spec.family,), families=fams)
     rows += [("clean", q, a) for q, a in clean]
     if spec.control is None:
         n_planted = max(len(facts), round(spec.poison_share * len(rows) / (1 - spec.poison_share)) - spec.n_long)
@@ -309,7 +310,7 @@ BANK = [
 CONTROLS = [
     ScenarioSpec("control-clean-currency", "currency", "sentence", 0.0, decoys=("format", "reverse"), n_clean=120, control="clean"),
     ScenarioSpec("control-clean-author", "author", "paragraph", 0.0, decoys=("format", "concept"), n_clean=150, control="clean", second="city", seed=6),
-    ScenarioSpec("control-degrade-symbol", "symbol", "sentence", 0.0, decoys=("format",), n_clean=120, control="degrade", second="currency",
+    ScenarioSpec("control-degrade-symbol", "symbol", "sentence", 0.0, decoys=(), n_clean=120, control="degrade", second="currency",
                  training=(("lr", 1e-2),), seed=7),
 ]
 SCENARIOS = {s.name: s for s in BANK + CONTROLS}

@@ -54,13 +54,14 @@ def random_tokenized(n:int, seed:int=0, vocab:int=97, lmin:int=5, lmax:int=17) -
     return out
 
 # %% ../nbs/21_testing.ipynb #d1dfa845
-def reference_per_example_grads(model, tokenized:Sequence, blocks) -> torch.Tensor:
-    "Naive reference: (B, D) flattened LoRA-weight gradients, one forward+backward per example, in eval mode."
+def reference_per_example_grads(model, tokenized:Sequence, blocks, adapter_scale:float=1.0) -> torch.Tensor:
+    "Naive reference: (B, D) flattened LoRA-weight gradients, one forward+backward per example, in eval mode (at `adapter_scale` of the update)."
     from gradian.grads.capture import _eval_mode
     from gradian.grads.loss import per_example_ce
+    from gradian.model.core import adapter_scaled
     params = [model.get_submodule(b.path).weight for b in blocks]
     dev, rows, flags = params[0].device, [], [p.requires_grad for p in params]
-    with _eval_mode(model), torch.enable_grad():
+    with _eval_mode(model), adapter_scaled(model, adapter_scale), torch.enable_grad():
         try:
             for p in params: p.requires_grad_(True)
             for t in tokenized:

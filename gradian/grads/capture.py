@@ -15,7 +15,7 @@ from fastcore.basics import patch
 
 from ..core import GradianError
 from .loss import packed_ce, per_example_ce, target_positions
-from ..model.core import LoraBlock, lora_blocks
+from ..model.core import LoraBlock, adapter_scaled, lora_blocks
 from ..projection import Projector
 
 # %% auto #0
@@ -116,9 +116,9 @@ def _eval_mode(model):
 
 # %% ../../nbs/06_grads.capture.ipynb #567d3dc6
 class GradientCapture:
-    "Per-example gradients of the selected LoRA blocks for a whole batch in one forward and one backward."
-    def __init__(self, model, module_filter:str|None=None, projectors:dict|None=None, blocks:list|None=None):
-        self.model = model
+    "Per-example gradients of the selected LoRA blocks for a whole batch in one forward and one backward (at `adapter_scale` of the adapter's update)."
+    def __init__(self, model, module_filter:str|None=None, projectors:dict|None=None, blocks:list|None=None, adapter_scale:float=1.0):
+        self.model, self.adapter_scale = model, adapter_scale
         self.blocks = list(blocks) if blocks is not None else lora_blocks(model, module_filter)
         self.pairs = _lora_pairs(model, self.blocks)
         self.blocks = [b for a, bb, _ in self.pairs for b in (a, bb)]      # A then B, module by module
@@ -176,7 +176,7 @@ def __call__(self:GradientCapture, batch:Batch, want_reps:bool=False, reduction:
     out = torch.zeros(len(batch), self.dim, dtype=torch.float32, device=dev)
     mask = batch.attention_mask[..., None].float()
     probes, handles = [], []
-    with _eval_mode(self.model), torch.enable_grad():
+    with _eval_mode(self.model), adapter_scaled(self.model, self.adapter_scale), torch.enable_grad():
         try:
             self._register_hooks(handles, out, mask, probes)
             losses, reps = supervised_losses(self.model, batch, want_reps, reduction)

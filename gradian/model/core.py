@@ -21,7 +21,7 @@ from .embedded import EMBEDDED, embedded_model_path
 
 # %% auto #0
 __all__ = ['load_tokenizer', 'resolve_device', 'gguf_cache_root', 'gguf_cache', 'load_model', 'attach_lora', 'adapter_disabled',
-           'adapter_enabled', 'generate', 'LoraBlock', 'lora_blocks']
+           'adapter_enabled', 'adapter_scaled', 'generate', 'LoraBlock', 'lora_blocks']
 
 # %% ../../nbs/04_model.core.ipynb #21318088
 def _from_pretrained_args(name_or_path) -> tuple[str, dict]:
@@ -218,6 +218,18 @@ def adapter_enabled(model):
     "Context: run `model` with its adapter on; restores the previous state. Error when there is no adapter."
     if not _tuner_layers(model): raise GradianError("the model has no adapter to enable", fix="pass --adapter DIR (a PEFT adapter folder) or attach_lora(model) first")
     return _adapter_state(model, False)
+
+# %% ../../nbs/04_model.core.ipynb #adcca240
+@contextmanager
+def adapter_scaled(model, scale:float=1.0):
+    "Context: run `model` with its adapter's update multiplied by `scale` (every LoRA layer's scaling); restores it exactly. 1 is a no-op."
+    layers = [m for m in _tuner_layers(model) if isinstance(getattr(m, "scaling", None), dict)] if scale != 1 else []
+    prev = [dict(m.scaling) for m in layers]
+    try:
+        for m in layers: m.scaling.update({k: v * scale for k, v in m.scaling.items()})
+        yield model
+    finally:
+        for m, p in zip(layers, prev): m.scaling.update(p)
 
 # %% ../../nbs/04_model.core.ipynb #a5f1ff6e
 def _render(tokenizer, prompt, chat:bool) -> tuple[str, bool]:
