@@ -14,7 +14,7 @@ and worst cases over the planted scenarios, whether the controls stayed unblamed
 (other engines and the classic signal, scored from the same index and queries). `--retrain` retrains each planted scenario
 without its accused set and without 5 random sets of the same size and reports the share of the regression recovered.
 Everything is written to benchmarks/results/attribution-<stamp>.json."""
-import argparse, json, statistics, sys, time
+import argparse, json, shutil, statistics, sys, time
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +27,7 @@ from gradian.core import stable_hash
 from gradian.demo import DEMO_TRAINING
 from gradian.engines import Engine
 from gradian.evaluation import uptake
-from gradian.query.scorer import score_index
+from gradian.query.scorer import InfluenceScores, score_index
 from gradian.scenarios import BANK, CONTROLS, SCENARIOS, build_scenario, truth_metrics
 
 QUICK = ["currency-sentence", "author-sentence-reverse", "continent-word", "control-clean-currency"]
@@ -50,14 +50,19 @@ def train(spec, sc, d: Path, drop=(), tag="adapter"):
     return out, time.perf_counter() - t0
 
 
-def judged(sc, scores, clustering, cfg, first_only=False, union=False) -> dict:
-    """Truth metrics of `blame` on `scores` under `cfg`: the accused set is the blamed cluster's (analyze's rule); `first_only`
-    blames only the first-ranked cluster (the rule before blamed_cluster); `union` accuses every cluster that passes the test."""
+def judged(sc, scores, clustering, cfg, accused_from="all") -> dict:
+    """Truth metrics of `blame` on `scores` under `cfg`. `accused_from`: 'all' (analyze's rule: every accused example once a cluster
+    is blamed), 'blamed clusters' (only the members of the Holm-blamed clusters), 'first blamed cluster', or 'uncorrected first cluster'
+    (the rule before the Holm correction: the first cluster whose accused members pass at alpha, and only its members)."""
     b = blame(scores, clustering, cfg); alpha = cfg.cluster.alpha
-    top = (b.clusters[:1] and blamed_cluster(b.clusters[:1], alpha)) if first_only else blamed_cluster(b.clusters, alpha)
-    acc = top.accused_example_ids if top else []
-    if union and top: acc = [i for c in b.clusters if blamed_cluster([c], alpha) for i in c.accused_example_ids]
-    return dict(verdict="attributed" if top else "inconclusive", **truth_metrics(
+    if accused_from == "all": acc, blamed = [scores.ids[i] for i in np.flatnonzero(b.accused)], bool(b.blamed)
+    elif accused_from == "uncorrected first cluster":
+        top = next((c for c in b.clusters if c.score < 0 and c.accused_example_ids and c.harm_p < alpha), None)
+        acc, blamed = (top.accused_example_ids if top else []), top is not None
+    else:
+        cs = b.blamed[:1] if accused_from == "first blamed cluster" else b.blamed
+        acc, blamed = [i for c in cs for i in c.accused_example_ids], bool(cs)
+    return dict(verdict="attributed" if blamed else "inconclusive", **truth_metrics(
         sc, [scores.ids[i] for i in b.order], acc, {i: -float(z) for i, z in zip(scores.ids, b.strength)}))
 
 
@@ -70,8 +75,9 @@ def diagnosis(a, sc, cfg, scores=None) -> dict:
     return row
 
 
-RULES = {"accuse_frac=0.25": ["cluster.accuse_frac=0.25"], "accuse_frac=0": ["cluster.accuse_frac=0"],
-         "accuse_z=2.5": ["cluster.accuse_z=2.5"], "accuse_z=2.5,frac=0.25": ["cluster.accuse_z=2.5", "cluster.accuse_frac=0.25"]}
+RULES = {"accuse_z=5": ["cluster.accuse_z=5"], "accuse_z=6": ["cluster.accuse_z=6"], "accuse_frac=0.25": ["cluster.accuse_frac=0.25"],
+         "accuse_z=5,frac=0.25": ["cluster.accuse_z=5", "cluster.accuse_frac=0.25"]}
+ACCUSED_FROM = ("blamed clusters", "first blamed cluster", "uncorrected first cluster")
 
 
 def _rule(sc, scores, clustering, overrides=(), **kw) -> dict:
@@ -79,10 +85,9 @@ def _rule(sc, scores, clustering, overrides=(), **kw) -> dict:
 
 
 def rule_variants(sc, scores, clustering) -> dict:
-    "The default engine's scores under other accusation rules (`blame` with other `cluster.*` settings), and the old first-cluster rule."
+    "The default engine's scores under other accusation rules (`blame` with other `cluster.*` settings), and accused sets taken other ways."
     out = {f"rule:{name}": _rule(sc, scores, clustering, ov) for name, ov in RULES.items()}
-    out["rule:first-ranked cluster only"] = _rule(sc, scores, clustering, first_only=True)
-    out["rule:every blamed cluster"] = _rule(sc, scores, clustering, union=True)
+    out.update({f"rule:accused from {a}": _rule(sc, scores, clustering, accused_from=a) for a in ACCUSED_FROM})
     return out
 
 
@@ -91,11 +96,36 @@ def variants(a, sc, cfg) -> dict:
     att, out = a.attribution, {}
     if att is None: return out
     out.update(rule_variants(sc, att.scores, att.clustering))
+    S, m = att.scores, len(att.query.pairs)
+    if S.scores.shape[1] > m:                               # the two points of the fine-tune, each alone
+        for name, cols in (("tuned model only", slice(0, m)), ("midpoint only", slice(m, None))):
+            out[f"path:{name}"] = diagnosis(a, sc, cfg, InfluenceScores(S.ids, S.scores[:, cols], S.labels[cols], S.engine, S.query))
     for name in ("graddot", "repsim"):
         if name == att.engine.name: continue
         eng = Engine.from_config(EngineConfig(**{**cfg.engine.__dict__, "name": name}))
         out[f"engine={name}"] = diagnosis(a, sc, cfg, score_index(att.index, att.query, eng))
     return out
+
+
+def span_check(sc, spans) -> dict:
+    "The drill-down against the key: for each drilled culprit (planted row), whether it names the planted sentence or says inconclusive."
+    wrong = set(sc.planted_answers.values()); rows = []
+    for s in spans:
+        kind = sc.key.get(s["example_id"])
+        if kind not in ("planted", "planted_long"): continue
+        named = s.get("culprit")
+        rows.append(dict(example=s["example_id"], kind=kind, culprit=named, separation=round(s["separation"], 2),
+                         ok=named is None or any(w in named for w in wrong)))
+    return dict(drilled_culprits=len(rows), named_planted=sum(r["ok"] and r["culprit"] is not None for r in rows),
+                inconclusive=sum(r["culprit"] is None for r in rows), wrong=sum(not r["ok"] for r in rows), rows=rows)
+
+
+def span_line(rows) -> str:
+    "One line over the bank: drilled planted rows, how many name the planted sentence, say inconclusive, or name another sentence."
+    sp = [r["spans"] for r in rows if r.get("spans")]
+    tot = {k: sum(x[k] for x in sp) for k in ("drilled_culprits", "named_planted", "inconclusive", "wrong")}
+    return (f"span drill-down over {len(sp)} scenarios: {tot['drilled_culprits']} planted rows drilled, {tot['named_planted']} name the planted "
+            f"sentence, {tot['inconclusive']} inconclusive, {tot['wrong']} name another sentence")
 
 
 def capability_row(a, sc) -> dict:
@@ -138,10 +168,12 @@ def run(name, work: Path, want_variants=True, retrain=False, log=print) -> dict:
     adapter, t_train = train(spec, sc, d)
     cfg = load_config(None, [f"data.max_seq_length={MSL}"])
     t1 = time.perf_counter()
+    shutil.rmtree(d / "report", ignore_errors=True)        # a fresh diagnosis every run (the index is built under today's settings)
     a = analyze("embedded", adapter, train_p, eval_p, d / "report", cfg=cfg, log=None, progress=False)
     row = dict(scenario=name, kind=spec.control or "planted", n_train=len(sc.train), **capability_row(a, sc), **diagnosis(a, sc, cfg),
                train_s=round(t_train, 1), analyze_s=round(time.perf_counter() - t1, 1), timings=a.timings)
     row["gated"] = [d_.capability for d_ in a.decisions if d_.gated]
+    row["spans"] = span_check(sc, a.report.spans)
     if a.attribution is not None:                         # per-item scores for offline study of accusation rules
         att = a.attribution
         np.savez_compressed(d / "scores.npz", scores=att.scores.scores, ids=np.array(att.index.ids), items=np.array(att.scores.labels),
@@ -150,7 +182,7 @@ def run(name, work: Path, want_variants=True, retrain=False, log=print) -> dict:
         row["variants"] = variants(a, sc, cfg)
         row["signal_comparison"] = a.report.provenance.get("signal_comparison", {})
     if retrain and spec.control is None:
-        acc = a.clusters[0].accused_example_ids if a.verdict == "attributed" and a.clusters else []
+        acc = [a.index.ids[i] for i in np.flatnonzero(a.attribution.accused)] if a.verdict == "attributed" else []
         row["retrain"] = retrain_check(spec, sc, d, acc, a)
     row["wall_s"] = round(time.perf_counter() - t0, 1)
     return row
@@ -197,7 +229,10 @@ def offline(names, work: Path) -> list:
         S = InfluenceScores(list(d["ids"]), d["scores"], list(d["items"]), {}, {})
         cl = Clustering(d["clusters"], int(d["clusters"].max()) + 1, "saved")
         v = rule_variants(sc, S, cl); v["rule:default"] = _rule(sc, S, cl)
-        rows.append(dict(scenario=n, kind=SCENARIOS[n].control or "planted", variants=v))
+        row = dict(scenario=n, kind=SCENARIOS[n].control or "planted", variants=v)
+        rep = work / n / "report" / "report.json"          # the drill-down is the saved report's own (not re-scored)
+        if rep.exists(): row["spans"] = span_check(sc, json.loads(rep.read_text()).get("spans", []))
+        rows.append(row)
     return rows
 
 
@@ -219,14 +254,15 @@ def main(argv=None):
         prev = sorted((p for p in Path(a.out).glob("attribution-*.json") if not p.stem.endswith("rescored")), key=lambda p: p.stat().st_mtime)
         if prev:       # the last run's rows (levels, CIs, uptake, times) with their diagnosis re-scored under today's default rule
             last = {r["scenario"]: r for f in prev for r in json.loads(f.read_text())["rows"]}     # the newest row of each scenario
-            full = [{**last[r["scenario"]], **r["variants"]["rule:default"], "variants": {**last[r["scenario"]].get("variants", {}), **r["variants"]}}
-                    for r in rows if r["scenario"] in last]
+            full = [{**last[r["scenario"]], **r["variants"]["rule:default"], "variants": {**last[r["scenario"]].get("variants", {}), **r["variants"]},
+                     **({"spans": r["spans"]} if "spans" in r else {})} for r in rows if r["scenario"] in last]
             full += [{**last[n], "verdict": last[n]["verdict"]} for n in names if n in last and n not in {r["scenario"] for r in rows}]
             print(f"== the newest row of each scenario in {', '.join(f.name for f in prev)}, diagnoses re-scored under the current default rule")
             print(table(full))
             for m, v in summary(full).items():
                 if m != "controls_unblamed": print(f"{m:24s} {v['median']:.2f} / {v['worst']:.2f}   goal {v['goal_median']} / {v['goal_worst']}   {'met' if v['met'] else 'NOT met'}")
-            print("controls unblamed:", summary(full)["controls_unblamed"], "\n")
+            print("controls unblamed:", summary(full)["controls_unblamed"])
+            print(span_line(full), "\n")
             stamp = prev[-1].stem + "-rescored.json"
             (Path(a.out) / stamp).write_text(json.dumps(dict(rows=full, summary=summary(full), rescored_from=[f.name for f in prev]), indent=1, default=str) + "\n")
         for v in sorted({k for r in rows for k in r["variants"]}):
@@ -251,6 +287,7 @@ def main(argv=None):
         if m == "controls_unblamed": continue
         print(f"{m:24s} {v['median']:.2f} / {v['worst']:.2f}   goal {v['goal_median']} / {v['goal_worst']}   {'met' if v['met'] else 'NOT met'}")
     print("controls unblamed:", summ["controls_unblamed"])
+    print(span_line(rows))
     var_names = sorted({k for r in rows for k in r.get("variants", {})})
     var_summ = {}
     for v in var_names:

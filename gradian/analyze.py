@@ -69,7 +69,7 @@ class Analysis:
     def _repr_markdown_(self) -> str: return self.report.to_markdown()
 
 # %% ../nbs/17_analyze.ipynb #faf12082
-def _lead(decisions, clusters, xref, alpha):
+def _lead(decisions, clusters, xref, alpha, n_accused:int|None=None):
     gated = [d for d in decisions if d.gated]
     if not gated: return "refused", {"kind": "none", "text": "no capability regressed significantly, so nothing is attributed"}, None
     if xref:
@@ -81,7 +81,8 @@ def _lead(decisions, clusters, xref, alpha):
         why = "no cluster is harmful beyond what random groups of the same size reach" if clusters else "no clusters"
         return "inconclusive", {"kind": "none", "text": f"the regression is real, but attribution is inconclusive: {why}"}, None
     return "attributed", {"kind": "cluster", "text": f"cluster {top.id} ({top.label}): {len(top.accused_example_ids)} accused of {top.size} examples, "
-                          f"predicted query-loss change if removed {top.predicted_loss_delta_if_removed:+.4g} (p = {p:.3g} against random groups)"}, top.id
+                          f"predicted query-loss change if removed {top.predicted_loss_delta_if_removed:+.4g} (p = {p:.3g} against random groups, Holm-corrected "
+                          f"over the candidate clusters)" + (f"; {n_accused} examples accused in all" if n_accused else "")}, top.id
 
 def _summary(verdict, decisions, caps, lead) -> str:
     parts = []
@@ -131,7 +132,7 @@ def analyze(model="embedded", adapter=None, train=None, eval=None, out=None, cfg
                         engine=engine, progress=progress)
         findings = sort_findings(list(findings) + att.findings)
     res = Analysis(None, out, caps, decisions, findings, att, st.timings)
-    verdict, lead, lead_id = _lead(decisions, res.clusters, att.findings if att else [], cfg.cluster.alpha)
+    verdict, lead, lead_id = _lead(decisions, res.clusters, att.findings if att else [], cfg.cluster.alpha, int(att.accused.sum()) if att else None)
     with st("report", str(out)):
         rep = _report(res, verdict, lead, refused, base_prov, engine, examples)
         rep.save(out)

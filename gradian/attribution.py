@@ -9,7 +9,7 @@ from __future__ import annotations
 import re, time
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -23,12 +23,12 @@ from .provenance import data_fingerprint
 from .query.signals import Query, build_query
 from .query.scorer import InfluenceScores, score_index
 from .query.spans import score_example_spans, separation
-from .cluster import Clustering, accuse, aggregate_clusters, cluster_examples, example_text
+from .cluster import Clustering, accuse, aggregate_clusters, blamed_clusters, cluster_examples, example_text
 from .crosscheck import cross_reference, engine_agreement, signal_comparison
 
 # %% auto #0
 __all__ = ['Stages', 'open_index', 'regressed_items', 'Blame', 'blame', 'rank_examples', 'concerned_item', 'drill_down',
-           'Attribution', 'attribute']
+           'Attribution', 'with_path_scores', 'attribute']
 
 # %% ../nbs/15b_attribution.ipynb #ba1fb1f8
 class Stages:
@@ -69,19 +69,21 @@ def regressed_items(capabilities:Sequence, gated:Sequence[str], items:Sequence) 
 # %% ../nbs/15b_attribution.ipynb #44cb5c4d
 @dataclass
 class Blame:
-    "One accusation: the accused mask, each example's strength (its most harmful per-item z) and that item, the clusters, the ranking."
+    "One accusation: the accused mask (empty unless a cluster may be blamed), each example's strength (its most harmful per-item z) and that item, the clusters, the ranking, the blamed clusters."
     accused: np.ndarray
     strength: np.ndarray
     item_of: np.ndarray
     clusters: list
     order: np.ndarray                  # example indices, most harmful first
+    blamed: list = field(default_factory=list)
 
 def blame(scores:InfluenceScores, clustering:Clustering, cfg:GradianConfig) -> Blame:
     "Accuse examples from per-item `scores`, aggregate them over `clustering`, and rank them (the rule `attribute` applies)."
-    accused, strength, item_of = accuse(scores.scores, cfg.cluster)
+    hit, strength, item_of = accuse(scores.scores, cfg.cluster)
     overall = scores.scores.mean(1)
-    clusters = aggregate_clusters(overall, scores.ids, clustering, cfg.cluster, accused=accused)
-    return Blame(accused, strength, item_of, clusters, np.lexsort((overall, strength)))
+    clusters = aggregate_clusters(overall, scores.ids, clustering, cfg.cluster, accused=hit)
+    blamed = blamed_clusters(clusters, cfg.cluster.alpha)
+    return Blame(hit & bool(blamed), strength, item_of, clusters, np.lexsort((overall, strength)), blamed)
 
 # %% ../nbs/15b_attribution.ipynb #541780b4
 def rank_examples(scores:InfluenceScores, b:Blame, top_k:int|None=None) -> list[dict]:
@@ -127,7 +129,7 @@ def drill_down(model, tokenizer, examples:Sequence, index:GradientIndex, query:Q
     long_ = [i for i in np.argsort(strength, kind="stable") if n_sup[i] >= rc.span_min_tokens and strength[i] < 0][:rc.span_examples]
     if not long_: return []
     if not engine.uses_gradients: engine = Engine.from_config(EngineConfig(name="graddot", normalize=cfg.engine.normalize)).fit(index)
-    about = {i: concerned_item(example_text(by_id[index.ids[i]]), query.pairs, scores.scores[i]) for i in long_}
+    about = {i: concerned_item(example_text(by_id[index.ids[i]]), query.pairs, scores.scores[i, :len(query.pairs)]) for i in long_}
     items = sorted(set(about.values()))
     Pq, row_of, cap = engine.precondition(query.vectors[items].float()), {j: r for r, j in enumerate(items)}, make_capture(index, model, tokenizer)
     out = []
@@ -182,6 +184,13 @@ def _compare(model, tokenizer, reg, index, query, engine, cl, clusters, overall,
     out["engine_agreement"] = engine_agreement(index, query, overall, others, k=k)
     return out
 
+# %% ../nbs/15b_attribution.ipynb #46bad86d
+def with_path_scores(scores:InfluenceScores, other:InfluenceScores, scale:float) -> InfluenceScores:
+    "`scores` with the columns of `other` (the same examples and items, scored at adapter scale `scale`) appended, labelled `<item>@<scale>`."
+    if list(other.ids) != list(scores.ids): raise GradianError("the two points of the path were scored on different examples")
+    return InfluenceScores(scores.ids, np.hstack([scores.scores, other.scores]), list(scores.labels) + [f"{l}@{scale:g}" for l in other.labels],
+                           {**scores.engine, "path_scale": scale}, {**scores.query, "points": [1.0, scale]}, None, [], scores.aux)
+
 # %% ../nbs/15b_attribution.ipynb #ba3e91a7
 def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:Sequence, gated:Sequence[str], cfg:GradianConfig, *,
               out, index=None, refs:dict|None=None, findings:Sequence=(), stages:Stages|None=None, engine:Engine|None=None, progress:bool=False) -> Attribution:
@@ -196,7 +205,15 @@ def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:
                         batch_size=cfg.index.grad_batch_size, max_seq_length=None, minimal=cfg.evaluation.minimal_pair,
                         margin=cfg.evaluation.minimal_pair_margin)
     with st("score", f"engine {engine.name}"):
-        sc = score_index(idx, q, engine); overall = sc.scores.mean(1)
+        sc = score_index(idx, q, engine)
+    if (ps := cfg.index.path_scale) is not None and ps != cfg.index.adapter_scale:
+        with st("path", f"the same examples and items at {ps:g} of the adapter's update"):
+            cfg2 = replace(cfg, index=replace(cfg.index, adapter_scale=ps))
+            idx2 = open_index(model, tokenizer, examples, cfg2, idx.path/f"scale-{ps:g}", reuse=index is not None and (idx.path/f"scale-{ps:g}"/"manifest.json").exists(),
+                              refs=refs, progress=progress)
+            q2 = build_query(model, tokenizer, reg, idx2, per_item=True, batch_size=cfg.index.grad_batch_size, max_seq_length=None, pairs=q.pairs)
+            sc = with_path_scores(sc, score_index(idx2, q2, Engine.from_config(cfg.engine)), ps)
+    overall = sc.scores.mean(1)
     with st("cluster", "group the training examples, accuse and aggregate"):
         cl = cluster_examples(examples, cfg.cluster)
         bl = blame(sc, cl, cfg); clusters = bl.clusters

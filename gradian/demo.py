@@ -142,11 +142,11 @@ def demo_truth(analysis, scenario:Scenario) -> dict:
     caps = [c for c in analysis.capabilities if c.name == scenario.family]
     if caps: out["uptake"] = uptake(caps[0].items, scenario.planted_answers)
     if not analysis.clusters: return out
-    top = analysis.clusters[0]
-    acc = set(top.accused_example_ids)
+    ids = analysis.index.ids
+    acc = {ids[i] for i in np.flatnonzero(analysis.attribution.accused)}        # the diagnosis' accused set (empty unless a cluster is blamed)
     out.update(planted_cluster_rank=next((c.rank for c in analysis.clusters if len(planted & set(c.accused_example_ids or c.example_ids)) >= len(planted) / 2), None),
                accused_precision=len(acc & (planted | buried)) / len(acc) if acc else 0.0, accused_recall=len(acc & planted) / len(planted))
-    ids = analysis.index.ids; s = analysis.attribution.strength                 # the report's ranking: most harmful per-item z first
+    s = analysis.attribution.strength                 # the report's ranking: most harmful per-item z first
     order = [ids[i] for i in np.argsort(s, kind="stable")]
     out["top_k_planted_share"] = len(set(order[:len(planted)]) & planted) / len(planted)
     from sklearn.metrics import roc_auc_score
@@ -154,10 +154,8 @@ def demo_truth(analysis, scenario:Scenario) -> dict:
     out["auc_planted_vs_all"] = float(roc_auc_score(y, -s)); out["auc_planted_vs_decoy"] = float(roc_auc_score(y[sel], -s[sel]))
     m = analysis.scores.scores.mean(1)
     out["auc_planted_vs_decoy_by_mean_score"] = float(roc_auc_score(y[sel], -m[sel]))
-    acc_all = {ids[i] for i in np.flatnonzero(analysis.attribution.accused)}
-    out["accused_precision_all_clusters"] = len(acc_all & (planted | buried)) / len(acc_all) if acc_all else 0.0
     if buried:
-        out["buried"] = {b: dict(rank=order.index(b) + 1, accused=b in acc_all) for b in sorted(buried)}
+        out["buried"] = {b: dict(rank=order.index(b) + 1, accused=b in acc) for b in sorted(buried)}
         out["buried_drilled"] = [dict(example=s["example_id"], culprit=s["culprit"], separation=s["separation"]) for s in analysis.report.spans if s["example_id"] in buried]
     out.update(analysis.report.provenance.get("signal_comparison", {}))
     return out

@@ -1,5 +1,5 @@
 """Attribution on scenarios of the bank, trained on the embedded SmolLM2 and diagnosed with the default settings, scored
-against their answer keys with the benchmark's own code and held to the goals it prints (slow: about 10 minutes on 2 cores;
+against their answer keys with the benchmark's own code and held to the goals it prints (slow: about 12 minutes on 2 cores;
 the whole bank is `python benchmarks/attribution.py`)."""
 import importlib.util, statistics
 from pathlib import Path
@@ -9,7 +9,9 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-PLANTED, CONTROL = ["currency-sentence", "symbol-sentence-concept"], "control-clean-currency"
+# the two scenarios the method failed before the midpoint index and the all-accused rule (a paragraph poison at 20%, and a
+# sentence poison whose culprits fall into six embedding clusters), and the control that was once wrongly blamed
+PLANTED, CONTROL = ["author-paragraph-20pct", "city-sentence-20pct"], "control-degrade-symbol"
 
 
 def _bench():
@@ -36,7 +38,7 @@ def test_planted_scenarios_meet_the_goals(rows):
         assert statistics.median(r[m] or 0.0 for r in planted) >= goal_median, (m, [r[m] for r in planted])
 
 
-def test_the_clean_control_is_not_blamed(rows):
+def test_the_degradation_control_is_not_blamed(rows):
     bench, rows = rows
     ctrl = next(r for r in rows if r["scenario"] == CONTROL)
     assert ctrl["verdict"] != "attributed", ctrl
