@@ -120,7 +120,7 @@ class ClusterConfig:
     n_clusters: Optional[int] = opt(None, "number of clusters; none chooses by silhouette")
     embedder: str = opt("all-MiniLM-L6-v2", "sentence embedder; 'tfidf' forces the TF-IDF+SVD fallback")
     seed: int = opt(0, "clustering seed")
-    accuse_z: float = opt(3.5, "an example is accused for a regressed item when its robust z-score there is below -accuse_z ...")
+    accuse_z: float = opt(6.0, "an example is accused for a regressed item when its robust z-score there is below -accuse_z ...")
     accuse_frac: float = opt(0.5, "... and at least accuse_frac of the most harmful example's z for that item")
     n_random: int = opt(2000, "random groups per cluster for its significance test")
     alpha: float = opt(0.05, "significance level a harmful cluster must reach to be reported as the cause")
