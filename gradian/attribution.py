@@ -185,11 +185,11 @@ def _compare(model, tokenizer, reg, index, query, engine, cl, clusters, overall,
     return out
 
 # %% ../nbs/15b_attribution.ipynb #46bad86d
-def with_path_scores(scores:InfluenceScores, other:InfluenceScores, scale:float) -> InfluenceScores:
-    "`scores` with the columns of `other` (the same examples and items, scored at adapter scale `scale`) appended, labelled `<item>@<scale>`."
+def with_path_scores(scores:InfluenceScores, other:InfluenceScores, scale:float, base_scale:float=1.0) -> InfluenceScores:
+    "`scores` (taken at adapter scale `base_scale`) with the columns of `other` (the same examples and items at `scale`) appended, labelled `<item>@<scale>`."
     if list(other.ids) != list(scores.ids): raise GradianError("the two points of the path were scored on different examples")
     return InfluenceScores(scores.ids, np.hstack([scores.scores, other.scores]), list(scores.labels) + [f"{l}@{scale:g}" for l in other.labels],
-                           {**scores.engine, "path_scale": scale}, {**scores.query, "points": [1.0, scale]}, None, [], scores.aux)
+                           {**scores.engine, "path_scale": scale}, {**scores.query, "points": [base_scale, scale]}, None, [], scores.aux)
 
 # %% ../nbs/15b_attribution.ipynb #ba3e91a7
 def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:Sequence, gated:Sequence[str], cfg:GradianConfig, *,
@@ -212,7 +212,7 @@ def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:
             idx2 = open_index(model, tokenizer, examples, cfg2, idx.path/f"scale-{ps:g}", reuse=index is not None and (idx.path/f"scale-{ps:g}"/"manifest.json").exists(),
                               refs=refs, progress=progress)
             q2 = build_query(model, tokenizer, reg, idx2, per_item=True, batch_size=cfg.index.grad_batch_size, max_seq_length=None, pairs=q.pairs)
-            sc = with_path_scores(sc, score_index(idx2, q2, Engine.from_config(cfg.engine)), ps)
+            sc = with_path_scores(sc, score_index(idx2, q2, Engine.from_config(cfg.engine)), ps, cfg.index.adapter_scale)
     overall = sc.scores.mean(1)
     with st("cluster", "group the training examples, accuse and aggregate"):
         cl = cluster_examples(examples, cfg.cluster)
