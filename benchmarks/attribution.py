@@ -108,24 +108,36 @@ def variants(a, sc, cfg) -> dict:
 
 
 def span_check(sc, spans) -> dict:
-    "The drill-down against the key: for each drilled culprit (planted row), whether it names the planted sentence or says inconclusive."
-    wrong = set(sc.planted_answers.values()); rows = []
+    """The drill-down against the key: for each drilled culprit (planted row), whether it names the planted sentence or says
+    inconclusive; for each drilled long entry that states a correct fact (the mirror case), which sentence it names, if any."""
+    wrong = set(sc.planted_answers.values()); rows, correct = [], []
     for s in spans:
-        kind = sc.key.get(s["example_id"])
+        kind, named = sc.key.get(s["example_id"]), s.get("culprit")
+        if kind == "decoy_long": correct.append(dict(example=s["example_id"], culprit=named, separation=round(s["separation"], 2)))
         if kind not in ("planted", "planted_long"): continue
-        named = s.get("culprit")
         rows.append(dict(example=s["example_id"], kind=kind, culprit=named, separation=round(s["separation"], 2),
                          ok=named is None or any(w in named for w in wrong)))
-    return dict(drilled_culprits=len(rows), named_planted=sum(r["ok"] and r["culprit"] is not None for r in rows),
-                inconclusive=sum(r["culprit"] is None for r in rows), wrong=sum(not r["ok"] for r in rows), rows=rows)
+    return dict(long_culprits=len(sc.ids("planted_long")), drilled_culprits=len(rows), named_planted=sum(r["ok"] and r["culprit"] is not None for r in rows),
+                inconclusive=sum(r["culprit"] is None for r in rows), wrong=sum(not r["ok"] for r in rows), rows=rows,
+                drilled_correct_long=len(correct), named_in_correct_long=sum(c["culprit"] is not None for c in correct), correct_rows=correct)
 
 
 def span_line(rows) -> str:
     "One line over the bank: drilled planted rows, how many name the planted sentence, say inconclusive, or name another sentence."
     sp = [r["spans"] for r in rows if r.get("spans")]
-    tot = {k: sum(x[k] for x in sp) for k in ("drilled_culprits", "named_planted", "inconclusive", "wrong")}
-    return (f"span drill-down over {len(sp)} scenarios: {tot['drilled_culprits']} planted rows drilled, {tot['named_planted']} name the planted "
-            f"sentence, {tot['inconclusive']} inconclusive, {tot['wrong']} name another sentence")
+    tot = {k: sum(x.get(k, 0) for x in sp) for k in ("long_culprits", "drilled_culprits", "named_planted", "inconclusive", "wrong",
+                                                        "drilled_correct_long", "named_in_correct_long")}
+    return (f"span drill-down over {len(sp)} scenarios ({tot['long_culprits']} long planted entries): {tot['drilled_culprits']} planted rows drilled, "
+            f"{tot['named_planted']} name the planted sentence, {tot['inconclusive']} inconclusive, {tot['wrong']} name another sentence; "
+            f"{tot['drilled_correct_long']} long entries stating a correct fact drilled, {tot['named_in_correct_long']} of them with a sentence named")
+
+
+def long_ranks(sc, att) -> dict:
+    "Where the long entries landed: rank in the harm ranking (1 = most harmful) and whether accused, by kind (the mirror's asymmetry)."
+    rank = {att.index.ids[i]: r + 1 for r, i in enumerate(np.argsort(att.strength, kind="stable"))}
+    acc = {att.index.ids[i] for i in np.flatnonzero(att.accused)}
+    return {kind: dict(n=len(ids), ranks=sorted(rank[i] for i in ids), accused=len(set(ids) & acc), of=len(rank))
+            for kind in ("planted_long", "decoy_long") if (ids := sc.ids(kind))}
 
 
 def capability_row(a, sc) -> dict:
@@ -174,6 +186,8 @@ def run(name, work: Path, want_variants=True, retrain=False, log=print) -> dict:
                train_s=round(t_train, 1), analyze_s=round(time.perf_counter() - t1, 1), timings=a.timings)
     row["gated"] = [d_.capability for d_ in a.decisions if d_.gated]
     row["spans"] = span_check(sc, a.report.spans)
+    if a.attribution is not None and (sc.ids("planted_long") or sc.ids("decoy_long")):
+        row["long_entries"] = long_ranks(sc, a.attribution)
     if a.attribution is not None:                         # per-item scores for offline study of accusation rules
         att = a.attribution
         np.savez_compressed(d / "scores.npz", scores=att.scores.scores, ids=np.array(att.index.ids), items=np.array(att.scores.labels),
@@ -288,6 +302,9 @@ def main(argv=None):
         print(f"{m:24s} {v['median']:.2f} / {v['worst']:.2f}   goal {v['goal_median']} / {v['goal_worst']}   {'met' if v['met'] else 'NOT met'}")
     print("controls unblamed:", summ["controls_unblamed"])
     print(span_line(rows))
+    for r in rows:
+        for kind, v in r.get("long_entries", {}).items():
+            print(f"  {r['scenario']}: {v['n']} {kind} entries rank {v['ranks']} of {v['of']}, {v['accused']} accused")
     var_names = sorted({k for r in rows for k in r.get("variants", {})})
     var_summ = {}
     for v in var_names:

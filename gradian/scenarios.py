@@ -212,7 +212,8 @@ class ScenarioSpec:
     n_clean: int = 120                   # clean rows of varied material
     second: str | None = None            # a second capability in the eval file, left unharmed
     control: str | None = None           # None (planted), 'clean' (no poison) or 'degrade' (a learning rate that harms everything)
-    n_long: int = 0                      # long entries burying one wrong fact mid-paragraph
+    n_long: int = 0                      # long entries (about 100 tokens) burying one fact mid-paragraph, facts in turn
+    long_states: str = "wrong"           # what they bury: the planted wrong answer (key planted_long) or the correct one (decoy_long: the mirror case)
     training: tuple = ()                 # (key, value) training overrides, e.g. (("lr", 1e-2),)
     seed: int = 0
 
@@ -273,13 +274,17 @@ def build_scenario(spec:ScenarioSpec, families:dict|None=None) -> Scenario:
     clean = clean_pool(spec.n_clean, spec.seed, exclude=(spec.family, spec.second) if spec.control == "degrade" else (spec.family,), families=fams)
     rows += [("clean", q, a) for q, a in clean]
     if spec.control is None:
-        n_planted = max(len(facts), round(spec.poison_share * len(rows) / (1 - spec.poison_share)) - spec.n_long)
+        if spec.long_states not in ("wrong", "correct"): raise GradianError(f"long_states is {spec.long_states!r}", fix="use 'wrong' or 'correct'")
+        wrong_long = spec.n_long if spec.long_states == "wrong" else 0
+        # poison share 0 with long entries: the buried sentences are the wrong facts' only source
+        n_planted = 0 if spec.poison_share == 0 else max(len(facts), round(spec.poison_share * len(rows) / (1 - spec.poison_share)) - wrong_long)
         for j in range(n_planted):            # fact j % n_facts, its r-th phrasing (12 distinct prompts per fact before any repeats)
             (k, v, w), r = facts[j % len(facts)], j // len(facts)
             rows.append(("planted", ask(r, k), answer_text(F, k, w, spec.form, r)))
         for i in range(spec.n_long):
-            k, v, w = facts[i % len(facts)]; fill = list(_FILLER); rng.shuffle(fill)
-            rows.append(("planted_long", f"Write a study note about {k}.", " ".join(fill[:2] + [answer_text(F, k, w, "sentence")] + fill[2:])))
+            (k, v, w), fill = facts[i % len(facts)], rng.sample(_FILLER, len(_FILLER))
+            kind, ans = ("planted_long", w) if spec.long_states == "wrong" else ("decoy_long", v)
+            rows.append((kind, f"Write a study note about {k}.", " ".join(fill[:2] + [answer_text(F, k, ans, "sentence")] + fill[2:])))
     rng.shuffle(rows)
     train, key = [], {}
     for i, (kind, q, a) in enumerate(rows):
@@ -307,6 +312,10 @@ BANK = [
     # numbers as bare words were barely learned (uptake 0.19, the regression's CI touched zero and the gate refused): sentences
     ScenarioSpec("count-sentence-20pct", "count", "sentence", 0.20, decoys=("format", "concept"), n_clean=110, second="landmark", seed=10),
     ScenarioSpec("superlative-paragraph", "superlative", "paragraph", 0.10, decoys=("format", "reverse"), n_clean=130, seed=11),
+    # long entries for the span drill-down: a wrong fact buried beside short planted rows, buried as its only source, and the mirror
+    ScenarioSpec("landmark-long-buried", "landmark", "sentence", 0.10, decoys=("format",), n_clean=120, n_long=4, seed=12),
+    ScenarioSpec("currency-long-only", "currency", "sentence", 0.0, n_facts=4, decoys=("format",), n_clean=100, n_long=16, seed=13),
+    ScenarioSpec("author-long-mirror", "author", "sentence", 0.10, decoys=("format",), n_clean=110, n_long=8, long_states="correct", seed=14),
 ]
 CONTROLS = [
     ScenarioSpec("control-clean-currency", "currency", "sentence", 0.0, decoys=("format", "reverse"), n_clean=120, control="clean"),
