@@ -161,7 +161,9 @@ def _md_examples(self:Report) -> str:
              e.get("most_affected_item", ""), _fmt(e["score"]), _fmt(e["predicted_loss_delta_if_removed"]), e["cluster"], self.texts.get(e["id"], "")]
             for i, e in enumerate(self.examples[:self.shown])]
     return ("Ranked by strength: the example's most harmful robust z-score over the regressed items, and the item it hurts most. "
-            "Score: the mean over items, i.e. the predicted effect on the average query loss.\n\n"
+            "Score: the mean over items, i.e. the predicted effect on the average query loss."
+            + (" An item marked `@<scale>` is that item's query at a second point of the fine-tune (the LoRA update scaled by <scale>, "
+               "`index.path_scale`)." if any("@" in str(e.get("most_affected_item", "")) for e in self.examples[:self.shown]) else "") + "\n\n"
             + _md_table(rows, ["rank", "id", "strength (z)", "most affected item", "score", "predicted Δloss if removed", "cluster", "text"]))
 
 # %% ../nbs/16_report.ipynb #6b25d4d1

@@ -314,7 +314,8 @@ BANK = [
     ScenarioSpec("superlative-paragraph", "superlative", "paragraph", 0.10, decoys=("format", "reverse"), n_clean=130, seed=11),
     # long entries for the span drill-down: a wrong fact buried beside short planted rows, buried as its only source, and the mirror
     ScenarioSpec("landmark-long-buried", "landmark", "sentence", 0.10, decoys=("format",), n_clean=120, n_long=4, seed=12),
-    ScenarioSpec("currency-long-only", "currency", "sentence", 0.0, n_facts=4, decoys=("format",), n_clean=100, n_long=16, seed=13),
+    # (with 4 facts in 16 entries the eval's 16 items regressed by 0.25, CI touching zero, and the gate refused: 8 facts in 24)
+    ScenarioSpec("currency-long-only", "currency", "sentence", 0.0, decoys=("format",), n_clean=100, n_long=24, seed=13),
     ScenarioSpec("author-long-mirror", "author", "sentence", 0.10, decoys=("format",), n_clean=110, n_long=8, long_states="correct", seed=14),
 ]
 CONTROLS = [
