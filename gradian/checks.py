@@ -18,9 +18,9 @@ from .core import Finding, GradianError, sort_findings, stable_hash
 from .data import Example, TokenizedExample, load_train, tokenize_examples, length_facts
 
 # %% auto #0
-__all__ = ['CHECKS', 'TRUNCATION_SHARE', 'register_check', 'CheckContext', 'run_checks', 'check_data', 'check_no_chat_template',
-           'check_completion_truncated', 'check_max_seq_length', 'check_double_bos', 'check_empty_completion',
-           'check_duplicates', 'check_conflicting']
+__all__ = ['CHECKS', 'TRUNCATION_SHARE', 'CHAT_MARKERS', 'register_check', 'CheckContext', 'run_checks', 'check_data',
+           'check_no_chat_template', 'check_completion_truncated', 'check_max_seq_length', 'check_double_bos',
+           'check_empty_completion', 'check_duplicates', 'check_conflicting', 'chat_markers', 'check_control_tokens']
 
 # %% ../nbs/03_checks.ipynb #0645f6df
 CHECKS: dict[str, Callable] = {}
@@ -164,3 +164,26 @@ def check_conflicting(ctx:CheckContext) -> list[Finding]:
                      f"{_n(len(ids), 'prompt')} with conflicting answers, across {_n(sum(map(len, ids)), 'example')}.",
                      [i for g in ids for i in g], fix="keep one answer per prompt, or check whether one side was planted",
                      n_groups=len(ids), groups=ids, n_distinct_answers=[len({answers(e) for e in g}) for g in groups])]
+
+# %% ../nbs/03_checks.ipynb #85988020
+CHAT_MARKERS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>",
+                "<|begin_of_text|>", "<|end_of_text|>", "[INST]", "[/INST]")
+
+def chat_markers(tokenizer=None) -> set:
+    "Control strings to look for in content: the common chat markers, and the tokenizer's `<|...|>` specials and BOS/EOS."
+    sp = set(getattr(tokenizer, "all_special_tokens", None) or []) if tokenizer is not None else set()
+    own = {t for t in sp if t.startswith("<|") and t.endswith("|>")}
+    ends = {getattr(tokenizer, a, None) for a in ("bos_token", "eos_token")} if tokenizer is not None else set()
+    return set(CHAT_MARKERS) | own | {t for t in ends if isinstance(t, str) and len(t) > 4}
+
+# %% ../nbs/03_checks.ipynb #c6bca624
+@register_check("data.control_tokens_in_content", "error", "chat control tokens appear inside message content")
+def check_control_tokens(ctx:CheckContext) -> list[Finding]:
+    marks = chat_markers(ctx.tokenizer)
+    hits = {e.id: sorted({t for m in e.messages for t in marks if t in m["content"]}) for e in ctx.examples}
+    hits = {k: v for k, v in hits.items() if v}
+    if not hits: return []
+    found = sorted({t for v in hits.values() for t in v})
+    return [_finding("data.control_tokens_in_content", f"{_n(len(hits), 'example')} hold chat control tokens inside a message ({', '.join(found)}), "
+                     "so the chat template marks turn boundaries that are not there.", list(hits), fix="remove those strings from the data, or escape them",
+                     tokens=found)]
