@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNNER = ROOT / "experiments" / "gpu" / "run_gpu_suite.py"
 
 
-EXPECTED_ON_TINY = {"A": ("INCONCLUSIVE", "no gated regression"), "B": ("PASS", None)}   # the tiny model learns nothing
+EXPECTED_ON_TINY = {"A": ("INCONCLUSIVE", "no gated regression"), "B": ("PASS", None), "C": ("INCONCLUSIVE", "nothing accused in round 1"),
+                    "D": ("INCONCLUSIVE", "no gated regression in the buried case")}   # the tiny model learns nothing
 
 
 def test_every_experiment_runs_and_a_runner_parameter_reaches_its_notebook(tmp_path):
@@ -24,7 +25,7 @@ def test_every_experiment_runs_and_a_runner_parameter_reaches_its_notebook(tmp_p
     for e, v in verdicts.items():
         assert (v["params"]["n_clean"], v["params"]["seed"], v["params"]["model"]) == (13, 3, "tiny"), e
         assert (v["verdict"], v["trigger"]) == EXPECTED_ON_TINY[e], (e, v["verdict"], v["trigger"])
-        assert v["wall_s"] > 0 and (out / e / "report" / "report.md").exists()
+        assert v["wall_s"] > 0 and (Path(v["report"]) / "report.md").exists(), e
         executed = nbformat.read(out / f"{e}.ipynb", as_version=4)
         injected = [c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", [])]
         assert injected and "n_clean = 13" in injected[0].source, e
