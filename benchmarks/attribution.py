@@ -29,6 +29,7 @@ from gradian.engines import Engine
 from gradian.evaluation import uptake
 from gradian.query.scorer import InfluenceScores, score_index
 from gradian.scenarios import BANK, CONTROLS, SCENARIOS, build_scenario, truth_metrics
+from gradian.suite import long_ranks
 
 QUICK = ["currency-sentence", "author-sentence-reverse", "continent-word", "control-clean-currency"]
 GOALS = dict(precision_at_k=(0.85, 0.6), accused_precision=(0.9, 0.75), accused_recall=(0.7, None), auc_culprit_vs_decoy=(0.9, None))
@@ -132,14 +133,6 @@ def span_line(rows) -> str:
             f"{tot['drilled_correct_long']} long entries stating a correct fact drilled, {tot['named_in_correct_long']} of them with a sentence named")
 
 
-def long_ranks(sc, att) -> dict:
-    "Where the long entries landed: rank in the harm ranking (1 = most harmful) and whether accused, by kind (the mirror's asymmetry)."
-    rank = {att.index.ids[i]: r + 1 for r, i in enumerate(np.argsort(att.strength, kind="stable"))}
-    acc = {att.index.ids[i] for i in np.flatnonzero(att.accused)}
-    return {kind: dict(n=len(ids), ranks=sorted(rank[i] for i in ids), accused=len(set(ids) & acc), of=len(rank))
-            for kind in ("planted_long", "decoy_long") if (ids := sc.ids(kind))}
-
-
 def capability_row(a, sc) -> dict:
     c = next(c for c in a.capabilities if c.name == sc.capability)
     planted_items = [i for i in c.items if i.id in sc.planted_answers]
@@ -187,7 +180,7 @@ def run(name, work: Path, want_variants=True, retrain=False, log=print) -> dict:
     row["gated"] = [d_.capability for d_ in a.decisions if d_.gated]
     row["spans"] = span_check(sc, a.report.spans)
     if a.attribution is not None and (sc.ids("planted_long") or sc.ids("decoy_long")):
-        row["long_entries"] = long_ranks(sc, a.attribution)
+        row["long_entries"] = {k: long_ranks(a, sc, k) for k in ("planted_long", "decoy_long") if sc.ids(k)}
     if a.attribution is not None:                         # per-item scores for offline study of accusation rules
         att = a.attribution
         np.savez_compressed(d / "scores.npz", scores=att.scores.scores, ids=np.array(att.index.ids), items=np.array(att.scores.labels),

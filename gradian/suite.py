@@ -123,14 +123,11 @@ def suite_model(p:SuiteParams, folder) -> str:
     return str(out)
 
 # %% ../nbs/22_suite.ipynb #7fd90dab
-def train_and_analyze(p:SuiteParams, train, eval, out, drop=(), model=None):
-    "Train a LoRA adapter on `train` (without the ids in `drop`) into `out/adapter`, then `analyze` into `out/report`."
+def train_and_analyze(p:SuiteParams, train, eval, out, model=None):
+    "Train a LoRA adapter on `train` into `out/adapter`, then `analyze` into `out/report`, under the run's parameters."
     from gradian.analyze import analyze
     from gradian.model.training import train_adapter
     out, model = Path(out), model or suite_model(p, Path(out).parent)
-    if drop:
-        rows = [l for l in Path(train).read_text().splitlines() if l.strip() and json.loads(l)["id"] not in set(drop)]
-        train = out/"train.jsonl"; out.mkdir(parents=True, exist_ok=True); train.write_text("\n".join(rows) + "\n")
     train_adapter(train, out/"adapter", model=model, backend=p.backend, max_seq_length=p.max_seq_length, overwrite=True, progress=False, log=None, **p.training())
     return analyze(model, out/"adapter", train, eval, out/"report", overrides=p.overrides(), log=None, progress=False)
 
