@@ -29,7 +29,7 @@ EXPERIMENTS = {"A": "planted poison", "B": "mechanical defects", "C": "recovery"
 @dataclass
 class SuiteParams:
     "Every setting of a suite run (model, training, index levers); stamped into each verdict."
-    model: str = "tiny"                # tiny (config-built, seconds: plumbing only), embedded, an HF id or a model folder
+    model: str = "tiny"                # tiny (config-built, 30-220 s per experiment on 2 cores: plumbing only), embedded, an HF id or a folder
     backend: str = "hf"                # training backend: hf, trl or unsloth
     family: str = "currency"           # the fact family of the planted scenarios (gradian.scenarios.FAMILIES)
     n_clean: int = 40                  # clean training rows
@@ -42,13 +42,13 @@ class SuiteParams:
     fp16_store: bool = False
     grad_batch_size: int = 8
     seed: int = 0
-    quick: bool = False                # fewer controls and smaller sets where an experiment allows
+    quick: bool = False                # experiment C retrains 5 random controls instead of 8
 
 # %% ../nbs/22_suite.ipynb #d7f53f84
 @patch
 def check(self:SuiteParams) -> SuiteParams:
     "Raise a `GradianError` naming the bad parameter; returns self."
-    bad = [(n, f"must be in (0, 1)") for n in ("poison_fraction",) if not 0 < getattr(self, n) < 1]
+    bad = [(n, "must be in (0, 1)") for n in ("poison_fraction",) if not 0 < getattr(self, n) < 1]
     bad += [(n, "must be positive") for n in ("n_clean", "epochs", "lr", "max_seq_length", "grad_batch_size") if not getattr(self, n) > 0]
     if self.family not in FAMILIES: bad.append(("family", f"must be one of {', '.join(FAMILIES)}"))
     if self.projection_dim is not None and self.projection_dim <= 0: bad.append(("projection_dim", "must be positive or None"))
