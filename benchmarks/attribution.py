@@ -81,8 +81,14 @@ RULES = {"accuse_z=5": ["cluster.accuse_z=5"], "accuse_z=6": ["cluster.accuse_z=
 ACCUSED_FROM = ("blamed clusters", "first blamed cluster", "uncorrected first cluster")
 
 
+SETTINGS: list = []        # --set overrides: every diagnosis of this run is made under them (reports and scores kept apart)
+
+
+def _suffix() -> str: return "" if not SETTINGS else "-" + "-".join(s.replace("=", "_") for s in SETTINGS)
+
+
 def _rule(sc, scores, clustering, overrides=(), **kw) -> dict:
-    return judged(sc, scores, clustering, load_config(None, [f"data.max_seq_length={MSL}", *overrides]), **kw)
+    return judged(sc, scores, clustering, load_config(None, [f"data.max_seq_length={MSL}", *SETTINGS, *overrides]), **kw)
 
 
 def rule_variants(sc, scores, clustering) -> dict:
@@ -171,10 +177,11 @@ def run(name, work: Path, want_variants=True, retrain=False, log=print) -> dict:
     train_p, eval_p = sc.write(d / "data")
     t0 = time.perf_counter()
     adapter, t_train = train(spec, sc, d)
-    cfg = load_config(None, [f"data.max_seq_length={MSL}"])
+    cfg = load_config(None, [f"data.max_seq_length={MSL}", *SETTINGS])
     t1 = time.perf_counter()
-    shutil.rmtree(d / "report", ignore_errors=True)        # a fresh diagnosis every run (the index is built under today's settings)
-    a = analyze("embedded", adapter, train_p, eval_p, d / "report", cfg=cfg, log=None, progress=False)
+    rep = d / f"report{_suffix()}"
+    shutil.rmtree(rep, ignore_errors=True)                 # a fresh diagnosis every run (the index is built under today's settings)
+    a = analyze("embedded", adapter, train_p, eval_p, rep, cfg=cfg, log=None, progress=False)
     row = dict(scenario=name, kind=spec.control or "planted", n_train=len(sc.train), **capability_row(a, sc), **diagnosis(a, sc, cfg),
                train_s=round(t_train, 1), analyze_s=round(time.perf_counter() - t1, 1), timings=a.timings)
     row["gated"] = [d_.capability for d_ in a.decisions if d_.gated]
@@ -183,7 +190,7 @@ def run(name, work: Path, want_variants=True, retrain=False, log=print) -> dict:
         row["long_entries"] = {k: long_ranks(a, sc, k) for k in ("planted_long", "decoy_long") if sc.ids(k)}
     if a.attribution is not None:                         # per-item scores for offline study of accusation rules
         att = a.attribution
-        np.savez_compressed(d / "scores.npz", scores=att.scores.scores, ids=np.array(att.index.ids), items=np.array(att.scores.labels),
+        np.savez_compressed(d / f"scores{_suffix()}.npz", scores=att.scores.scores, ids=np.array(att.index.ids), items=np.array(att.scores.labels),
                             clusters=att.clustering.labels, culprit=np.array([i in set(sc.culprits) for i in att.index.ids]))
     if want_variants and a.attribution is not None:
         row["variants"] = variants(a, sc, cfg)
@@ -230,14 +237,14 @@ def offline(names, work: Path) -> list:
     from gradian.query.scorer import InfluenceScores
     rows = []
     for n in names:
-        f = work / n / "scores.npz"
+        f = work / n / f"scores{_suffix()}.npz"
         if not f.exists(): continue
         d, sc = np.load(f), build_scenario(SCENARIOS[n])
         S = InfluenceScores(list(d["ids"]), d["scores"], list(d["items"]), {}, {})
         cl = Clustering(d["clusters"], int(d["clusters"].max()) + 1, "saved")
         v = rule_variants(sc, S, cl); v["rule:default"] = _rule(sc, S, cl)
         row = dict(scenario=n, kind=SCENARIOS[n].control or "planted", variants=v)
-        rep = work / n / "report" / "report.json"          # the drill-down is the saved report's own (not re-scored)
+        rep = work / n / f"report{_suffix()}" / "report.json"          # the drill-down is the saved report's own (not re-scored)
         if rep.exists(): row["spans"] = span_check(sc, json.loads(rep.read_text()).get("spans", []))
         rows.append(row)
     return rows
@@ -251,7 +258,10 @@ def main(argv=None):
     ap.add_argument("--no-variants", action="store_true"); ap.add_argument("--retrain", action="store_true")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--offline", action="store_true", help="only recompute accusation-rule variants from the scores a previous run saved in --work")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for every diagnosis (repeatable, e.g. --set index.path_scale=0.25); reports and scores go to report-<settings>")
     a = ap.parse_args(argv)
+    SETTINGS[:] = a.set
     names = a.scenarios.split(",") if a.scenarios else QUICK if a.quick else [s.name for s in BANK + CONTROLS]
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown: sys.exit(f"unknown scenarios {unknown}; the bank has {', '.join(SCENARIOS)}")
@@ -285,8 +295,9 @@ def main(argv=None):
         print(f"[bench] {n} ...", flush=True)
         rows.append(run(n, work, not a.no_variants, a.retrain))
         print(table(rows[-1:]).splitlines()[-1], flush=True)
-        path.write_text(json.dumps(dict(rows=rows, scenarios=names, complete=False), indent=1, default=str) + "\n")   # kept as it goes
-    print("\n== default settings (" + ", ".join(f"{k}={v}" for k, v in load_config(None).engine.__dict__.items()) + ")")
+        path.write_text(json.dumps(dict(rows=rows, scenarios=names, settings=SETTINGS, complete=False), indent=1, default=str) + "\n")   # kept as it goes
+    print("\n== default settings (" + ", ".join(f"{k}={v}" for k, v in load_config(None).engine.__dict__.items()) + ")"
+          + (f", with --set {' '.join(SETTINGS)}" if SETTINGS else ""))
     print(table(rows))
     summ = summary(rows)
     print("\n== over the planted scenarios (median / worst; goal)")
@@ -314,7 +325,7 @@ def main(argv=None):
             rand = [v["recovered"] for k, v in rt.items() if k.startswith("random")]
             print(f"{r['scenario']:28s} accused recovers {rt['accused']['recovered']:.2f} (removal precision {rt['removal_precision']:.2f}), "
                   f"random {min(rand):.2f}..{max(rand):.2f}, rank {rt['accused_rank']} of {len(rand) + 1}")
-    path.write_text(json.dumps(dict(rows=rows, summary=summ, variants=var_summ, scenarios=names, complete=True), indent=1, default=str) + "\n")
+    path.write_text(json.dumps(dict(rows=rows, summary=summ, variants=var_summ, scenarios=names, settings=SETTINGS, complete=True), indent=1, default=str) + "\n")
     print(f"\nresults: {path}")
 
 

@@ -14,21 +14,23 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+import torch
 
 from .core import GradianError
 from .config import EngineConfig, GradianConfig
 from .engines import Engine
 from .index import GradientIndex, build_index, make_capture
+from .grads.capture import pad_batch
 from .provenance import data_fingerprint
 from .query.signals import Query, build_query
 from .query.scorer import InfluenceScores, score_index
-from .query.spans import score_example_spans, separation
+from .query.spans import score_example_spans, separation, sentence_spans, span_masks
 from .cluster import Clustering, accuse, aggregate_clusters, blamed_clusters, cluster_examples, example_text
 from .crosscheck import cross_reference, engine_agreement, signal_comparison
 
 # %% auto #0
 __all__ = ['Stages', 'open_index', 'regressed_items', 'Blame', 'blame', 'rank_examples', 'concerned_item', 'drill_down',
-           'Attribution', 'with_path_scores', 'attribute']
+           'long_rows', 'sentence_scores', 'with_sentence_scores', 'Attribution', 'with_path_scores', 'attribute']
 
 # %% ../nbs/15b_attribution.ipynb #ba1fb1f8
 class Stages:
@@ -140,6 +142,44 @@ def drill_down(model, tokenizer, examples:Sequence, index:GradientIndex, query:Q
         out.append(_span_row(ex, scores.labels[j], int(n_sup[i]), engine.name, df, rc.span_min_separation))
     return out
 
+# %% ../nbs/15b_attribution.ipynb #16b8976e
+def long_rows(index:GradientIndex, cfg:GradianConfig, engine:Engine) -> np.ndarray:
+    "Rows of `index` scored sentence by sentence: at least `report.span_min_tokens` supervised tokens (none for `long_examples='whole'` or repsim)."
+    if cfg.engine.long_examples == "whole" or not engine.uses_gradients: return np.zeros(0, dtype=int)
+    return np.flatnonzero(index.aux()[:, 2] >= cfg.report.span_min_tokens)
+
+def _sentence_rows(examples:Sequence, tokenizer, ids:Sequence[str], max_seq_length:int|None) -> tuple[list, np.ndarray]:
+    "One tokenized row per sentence of each example's last answer (supervision on that sentence only), and the example each row belongs to."
+    by_id, rows, owner = {e.id: e for e in examples}, [], []
+    for r, i in enumerate(ids):
+        ex = by_id[i]; text = [m for m in ex.messages if m["role"] == "assistant"][-1]["content"]
+        te, masks = span_masks(ex, tokenizer, sentence_spans(text), max_seq_length)
+        for m in (m for m in masks if any(m)):
+            t = type(te)(**te.__dict__); t.supervised = m; rows.append(t); owner.append(r)
+    return rows, np.array(owner, dtype=int)
+
+# %% ../nbs/15b_attribution.ipynb #58c40dc4
+def sentence_scores(model, tokenizer, examples:Sequence, index:GradientIndex, query:Query, engine:Engine, rows:np.ndarray,
+                    max_seq_length:int|None=None, batch_size:int=8) -> np.ndarray:
+    """(len(rows), m): for the examples at `rows` of `index`, the most harmful score of any one sentence against each query row,
+    each sentence's gradient scored as `engine` scores whole examples (its direction under l2, its per-token mean otherwise)."""
+    sent, owner = _sentence_rows(examples, tokenizer, [index.ids[i] for i in rows], max_seq_length)
+    cap, Pq, l2 = make_capture(index, model, tokenizer), engine.precondition(query.vectors.float()), getattr(engine, "normalize", "none") == "l2"
+    parts = []
+    for b in range(0, len(sent), batch_size):
+        chunk = sent[b:b + batch_size]
+        G, _, _ = cap(pad_batch(chunk, tokenizer.pad_token_id, "left"), reduction="sum")
+        div = G.norm(dim=1, keepdim=True).clamp(min=1e-30) if l2 else torch.tensor([[float(sum(t.supervised))] for t in chunk])
+        parts.append(((G @ Pq.T) / div).numpy().astype(float))
+    out = np.full((len(rows), Pq.shape[0]), np.inf)
+    if parts: np.minimum.at(out, owner, np.vstack(parts))
+    return out
+
+def with_sentence_scores(scores:InfluenceScores, rows:np.ndarray, S:np.ndarray) -> InfluenceScores:
+    "`scores` with each row in `rows` lowered to its most harmful sentence's score `S` where that is more harmful; the rows are named in `engine`."
+    out = scores.scores.copy(); out[rows] = np.minimum(out[rows], S)
+    return replace(scores, scores=out, engine={**scores.engine, "long_examples": "sentence", "sentence_scored": [scores.ids[i] for i in rows]})
+
 # %% ../nbs/15b_attribution.ipynb #5ebc8c5e
 @dataclass
 class Attribution:
@@ -206,13 +246,19 @@ def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:
                         margin=cfg.evaluation.minimal_pair_margin)
     with st("score", f"engine {engine.name}"):
         sc = score_index(idx, q, engine)
+    if len(rows := long_rows(idx, cfg, engine)):
+        with st("sentences", f"{len(rows)} long examples scored sentence by sentence"):
+            sc = with_sentence_scores(sc, rows, sentence_scores(model, tokenizer, examples, idx, q, engine, rows, cfg.data.max_seq_length, cfg.index.grad_batch_size))
     if (ps := cfg.index.path_scale) is not None and ps != cfg.index.adapter_scale:
         with st("path", f"the same examples and items at {ps:g} of the adapter's update"):
             cfg2 = replace(cfg, index=replace(cfg.index, adapter_scale=ps))
             idx2 = open_index(model, tokenizer, examples, cfg2, idx.path/f"scale-{ps:g}", reuse=index is not None and (idx.path/f"scale-{ps:g}"/"manifest.json").exists(),
                               refs=refs, progress=progress)
             q2 = build_query(model, tokenizer, reg, idx2, per_item=True, batch_size=cfg.index.grad_batch_size, max_seq_length=None, pairs=q.pairs)
-            sc = with_path_scores(sc, score_index(idx2, q2, Engine.from_config(cfg.engine)), ps, cfg.index.adapter_scale)
+            eng2 = Engine.from_config(cfg.engine); sc2 = score_index(idx2, q2, eng2)
+            if len(rows):
+                sc2 = with_sentence_scores(sc2, rows, sentence_scores(model, tokenizer, examples, idx2, q2, eng2, rows, cfg.data.max_seq_length, cfg.index.grad_batch_size))
+            sc = with_path_scores(sc, sc2, ps, cfg.index.adapter_scale)
     overall = sc.scores.mean(1)
     with st("cluster", "group the training examples, accuse and aggregate"):
         cl = cluster_examples(examples, cfg.cluster)

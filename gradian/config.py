@@ -112,6 +112,7 @@ class EngineConfig:
     lambda_scale: float = opt(0.1, "DataInf damping: lambda_l = lambda_scale * mean ||g_il||^2")
     normalize: str = opt("l2", "per-example gradient normalisation before scoring: l2 (cosine; the default, since examples the fine-tune fitted well have vanishing gradients) or none", ("none", "l2"))
     datainf_layer: str = opt("module", "DataInf curvature unit: one LoRA module, or its A and B blocks separately", ("module", "block"))
+    long_examples: str = opt("sentence", "examples with at least report.span_min_tokens supervised tokens are scored by their most harmful sentence (where it is more harmful than the whole), or as a whole", ("sentence", "whole"))
 
 # %% ../nbs/01_config.ipynb #057eaf63
 @dataclass

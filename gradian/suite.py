@@ -29,7 +29,7 @@ EXPERIMENTS = {"A": "planted poison", "B": "mechanical defects", "C": "recovery"
 @dataclass
 class SuiteParams:
     "Every setting of a suite run (model, training, index levers); stamped into each verdict."
-    model: str = "tiny"                # tiny (config-built, 30-220 s per experiment on 2 cores: plumbing only), embedded, an HF id or a folder
+    model: str = "tiny"                # tiny (config-built: 7-40 s per experiment on one core, plumbing only), embedded, an HF id or a folder
     backend: str = "hf"                # training backend: hf, trl or unsloth
     family: str = "currency"           # the fact family of the planted scenarios (gradian.scenarios.FAMILIES)
     n_clean: int = 40                  # clean training rows

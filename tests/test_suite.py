@@ -1,5 +1,5 @@
 """The validation suite's runner: papermill executes the experiment notebooks with injected parameters, verdicts land in
-verdict.json, a failing notebook still leaves its executed copy and a FAIL verdict. On the tiny config-built model (seconds)."""
+verdict.json, a failing notebook still leaves its executed copy and a FAIL verdict. On the tiny config-built model (seconds), and experiment A on the embedded model as CI runs it."""
 import json, subprocess, sys
 from pathlib import Path
 
@@ -50,3 +50,17 @@ def test_a_failing_notebook_leaves_its_copy_and_a_fail_verdict(tmp_path):
     assert v.verdict == "FAIL" and "boom at seed 5" in v.trigger, v
     assert (tmp_path / "out" / "B.ipynb").exists()
     assert json.loads((tmp_path / "out" / "verdict.json").read_text())["B"]["verdict"] == "FAIL"
+
+
+def test_experiment_a_quick_passes_on_the_embedded_model(tmp_path):
+    """Experiment A on the real embedded model, as CI runs it: the planted rows must be what is accused. Two epochs at twice
+    the learning rate learn the poison in two thirds of the default's steps (about 4-5 minutes on 2 CPU cores)."""
+    out = tmp_path / "run"
+    res = subprocess.run([sys.executable, str(RUNNER), "--experiment", "A", "--quick", "--model", "embedded", "--epochs", "2", "--lr", "2e-3",
+                          "--out", str(out)], capture_output=True, text=True, cwd=tmp_path, timeout=1500)
+    v = json.loads((out / "verdict.json").read_text())["A"]
+    assert res.returncode == 0 and v["verdict"] == "PASS", (v["verdict"], v["trigger"], res.stdout[-2000:], res.stderr[-2000:])
+    n = v["numbers"]
+    assert n["accused_precision"] >= 0.75 and n["precision_at_k"] >= 0.6 and n["delta"] < 0 and n["ci"][1] < 0, n
+    assert (v["params"]["model"], v["params"]["epochs"], v["params"]["lr"], v["params"]["quick"]) == ("embedded", 2.0, 2e-3, True)
+    assert "embedded" in (out / "A.ipynb").read_text()           # the parameter reached the executed notebook

@@ -20,7 +20,7 @@ def parse(argv=None):
     which = ap.add_mutually_exclusive_group(required=True)
     which.add_argument("--all", action="store_true", help="every experiment that has a notebook")
     which.add_argument("--experiment", help="one or more of A,B,C,D (comma-separated)")
-    ap.add_argument("--quick", action="store_true", help="smaller sets and fewer controls where an experiment allows")
+    ap.add_argument("--quick", action="store_true", help="fewer random-removal controls in C (5 instead of 8); the scenarios keep their size")
     ap.add_argument("--model", default="embedded", help="embedded (the shipped SmolLM2), tiny (config-built: plumbing only), an HF id or folder")
     ap.add_argument("--backend", default="hf", choices=["hf", "trl", "unsloth"])
     ap.add_argument("--family", default="currency", help="fact family of the planted scenarios (gradian.scenarios.FAMILIES)")
