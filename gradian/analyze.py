@@ -145,7 +145,9 @@ def analyze(model="embedded", adapter=None, train=None, eval=None, out=None, cfg
 def _report(res:Analysis, verdict:str, lead:dict, refused:list, base_prov:dict, engine:Engine, examples) -> Report:
     "The `Report` of an analysis."
     att, caps, decisions = res.attribution, res.capabilities, res.decisions
-    prov = dict(manifest={**(att.index.manifest if att else {}), "analysis": base_prov}, engine=engine.params(),
+    sent = att.scores.engine.get("sentence_scored", []) if att else []         # long examples scored by their most harmful sentence
+    prov = dict(manifest={**(att.index.manifest if att else {}), "analysis": base_prov},
+                engine={**engine.params(), **({"long_examples": "sentence", "sentence_scored": len(sent)} if sent else {})},
                 query_signal=att.signal if att else "none (nothing gated)", query_signal_why=att.signal_why if att else "",
                 sign_convention=SIGN_CONVENTION, timings=res.timings,
                 signal_comparison=att.comparisons.get("signal_comparison", {}) if att else {},

@@ -90,10 +90,11 @@ def blame(scores:InfluenceScores, clustering:Clustering, cfg:GradianConfig) -> B
 # %% ../nbs/15b_attribution.ipynb #541780b4
 def rank_examples(scores:InfluenceScores, b:Blame, top_k:int|None=None) -> list[dict]:
     "The `top_k` (default: all) most harmful examples of blame `b` (strongest per-item z first, ties by mean score) as report rows."
-    overall, n = scores.scores.mean(1), scores.n
+    overall, n, sent = scores.scores.mean(1), scores.n, set(scores.engine.get("sentence_scored", []))
     cof = {i: c.id for c in b.clusters for i in c.example_ids}
     return [dict(id=scores.ids[i], score=float(overall[i]), predicted_loss_delta_if_removed=float(overall[i] / n), cluster=cof.get(scores.ids[i]),
-                 strength_z=float(b.strength[i]), most_affected_item=scores.labels[b.item_of[i]], accused=bool(b.accused[i])) for i in b.order[:top_k]]
+                 strength_z=float(b.strength[i]), most_affected_item=scores.labels[b.item_of[i]], accused=bool(b.accused[i]),
+                 **({"scored_by_sentence": True} if scores.ids[i] in sent else {})) for i in b.order[:top_k]]
 
 # %% ../nbs/15b_attribution.ipynb #b74238f6
 _STOP = frozenset("a an the of in on at to is are was were what which who whom how do does did name tell me give for by with and or "
@@ -149,13 +150,16 @@ def long_rows(index:GradientIndex, cfg:GradianConfig, engine:Engine) -> np.ndarr
     return np.flatnonzero(index.aux()[:, 2] >= cfg.report.span_min_tokens)
 
 def _sentence_rows(examples:Sequence, tokenizer, ids:Sequence[str], max_seq_length:int|None) -> tuple[list, np.ndarray]:
-    "One tokenized row per sentence of each example's last answer (supervision on that sentence only), and the example each row belongs to."
+    """One tokenized row per sentence of each example's last answer (supervision on that sentence only), and the example each row
+    belongs to. A row ends at its sentence's last token: a causal model's loss there does not depend on what follows, so the
+    gradient is exact and the early sentences cost less."""
     by_id, rows, owner = {e.id: e for e in examples}, [], []
     for r, i in enumerate(ids):
         ex = by_id[i]; text = [m for m in ex.messages if m["role"] == "assistant"][-1]["content"]
         te, masks = span_masks(ex, tokenizer, sentence_spans(text), max_seq_length)
         for m in (m for m in masks if any(m)):
-            t = type(te)(**te.__dict__); t.supervised = m; rows.append(t); owner.append(r)
+            end = int(np.flatnonzero(m)[-1]) + 1
+            t = type(te)(**te.__dict__); t.input_ids, t.supervised = te.input_ids[:end], m[:end]; rows.append(t); owner.append(r)
     return rows, np.array(owner, dtype=int)
 
 # %% ../nbs/15b_attribution.ipynb #58c40dc4
@@ -164,6 +168,8 @@ def sentence_scores(model, tokenizer, examples:Sequence, index:GradientIndex, qu
     """(len(rows), m): for the examples at `rows` of `index`, the most harmful score of any one sentence against each query row,
     each sentence's gradient scored as `engine` scores whole examples (its direction under l2, its per-token mean otherwise)."""
     sent, owner = _sentence_rows(examples, tokenizer, [index.ids[i] for i in rows], max_seq_length)
+    order = np.argsort([len(t.input_ids) for t in sent], kind="stable")          # batches of similar length pad little
+    sent, owner = [sent[i] for i in order], owner[order]
     cap, Pq, l2 = make_capture(index, model, tokenizer), engine.precondition(query.vectors.float()), getattr(engine, "normalize", "none") == "l2"
     parts = []
     for b in range(0, len(sent), batch_size):

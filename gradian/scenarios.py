@@ -209,6 +209,7 @@ class ScenarioSpec:
     poison_share: float = 0.1            # planted rows / all rows (0 for controls)
     n_facts: int = 8                     # planted facts (eval items that should regress)
     decoys: tuple = ("format",)          # correct on-topic rows: format (same format), reverse (asked the other way round), concept
+    decoy_reps: int = 3                  # rows per decoy fact in the planted format (the family has 3-4 decoy facts)
     n_clean: int = 120                   # clean rows of varied material
     second: str | None = None            # a second capability in the eval file, left unharmed
     control: str | None = None           # None (planted), 'clean' (no poison) or 'degrade' (a learning rate that harms everything)
@@ -266,7 +267,7 @@ def build_scenario(spec:ScenarioSpec, families:dict|None=None) -> Scenario:
     rows = []                                          # (kind, prompt, answer)
     ask = lambda i, k: _PREFIX[(i // len(F.ask)) % len(_PREFIX)] + _fmt(F.ask[i % len(F.ask)], k)
     if "format" in spec.decoys:
-        rows += [("decoy_format", ask(j + 1, k), answer_text(F, k, v, spec.form, j)) for k, v in F.decoys for j in range(3)]
+        rows += [("decoy_format", ask(j + 1, k), answer_text(F, k, v, spec.form, j)) for k, v in F.decoys for j in range(spec.decoy_reps)]
     if "reverse" in spec.decoys and F.reverse:
         rows += [("decoy_reverse", _fmt(F.reverse[0], k, v), _fmt(F.reverse[1], k, v)) for k, v, _ in facts]
     if "concept" in spec.decoys: rows += [("decoy_concept", q, a) for q, a in F.concept]
@@ -317,6 +318,11 @@ BANK = [
     # (with 4 facts in 16 entries the eval's 16 items regressed by 0.25, CI touching zero, and the gate refused: 8 facts in 24)
     ScenarioSpec("currency-long-only", "currency", "sentence", 0.0, decoys=("format",), n_clean=100, n_long=24, seed=13),
     ScenarioSpec("author-long-mirror", "author", "sentence", 0.10, decoys=("format",), n_clean=110, n_long=8, long_states="correct", seed=14),
+    # the shape of an unseen fine-tune: about 145 rows, 20% planted, 15-21 correct rows in the planted format, under 100 clean rows
+    ScenarioSpec("city-sentence-decoys20", "city", "sentence", 0.20, decoys=("format",), decoy_reps=5, n_clean=95, seed=15),
+    ScenarioSpec("landmark-word-decoys20", "landmark", "word", 0.20, decoys=("format",), decoy_reps=5, n_clean=95, seed=16),
+    ScenarioSpec("author-sentence-decoys21", "author", "sentence", 0.20, decoys=("format",), decoy_reps=7, n_clean=95, seed=17),
+    ScenarioSpec("currency-sentence-small", "currency", "sentence", 0.20, decoys=("format",), n_clean=60, seed=18),
 ]
 CONTROLS = [
     ScenarioSpec("control-clean-currency", "currency", "sentence", 0.0, decoys=("format", "reverse"), n_clean=120, control="clean"),
