@@ -24,7 +24,7 @@ from .grads.capture import pad_batch
 from .provenance import data_fingerprint
 from .query.signals import Query, build_query
 from .query.scorer import InfluenceScores, score_index
-from .query.spans import score_example_spans, separation, sentence_spans, span_masks
+from .query.spans import score_example_spans, separation, sentence_spans, span_masks, span_rows
 from .cluster import Clustering, accuse, aggregate_clusters, blamed_clusters, cluster_examples, example_text
 from .crosscheck import cross_reference, engine_agreement, signal_comparison
 
@@ -150,16 +150,13 @@ def long_rows(index:GradientIndex, cfg:GradianConfig, engine:Engine) -> np.ndarr
     return np.flatnonzero(index.aux()[:, 2] >= cfg.report.span_min_tokens)
 
 def _sentence_rows(examples:Sequence, tokenizer, ids:Sequence[str], max_seq_length:int|None) -> tuple[list, np.ndarray]:
-    """One tokenized row per sentence of each example's last answer (supervision on that sentence only), and the example each row
-    belongs to. A row ends at its sentence's last token: a causal model's loss there does not depend on what follows, so the
-    gradient is exact and the early sentences cost less."""
+    "One tokenized row per sentence of each example's last answer (`span_rows`: that sentence supervised, cut after it), and the example each row belongs to."
     by_id, rows, owner = {e.id: e for e in examples}, [], []
     for r, i in enumerate(ids):
         ex = by_id[i]; text = [m for m in ex.messages if m["role"] == "assistant"][-1]["content"]
         te, masks = span_masks(ex, tokenizer, sentence_spans(text), max_seq_length)
-        for m in (m for m in masks if any(m)):
-            end = int(np.flatnonzero(m)[-1]) + 1
-            t = type(te)(**te.__dict__); t.input_ids, t.supervised = te.input_ids[:end], m[:end]; rows.append(t); owner.append(r)
+        kept = span_rows(te, [m for m in masks if any(m)])
+        rows += kept; owner += [r] * len(kept)
     return rows, np.array(owner, dtype=int)
 
 # %% ../nbs/15b_attribution.ipynb #58c40dc4

@@ -22,7 +22,7 @@ from ..index import GradientIndex, make_capture
 from ..model.core import adapter_enabled, generate
 
 # %% auto #0
-__all__ = ['sentence_spans', 'span_masks', 'span_engine', 'score_example_spans', 'separation', 'explain_example']
+__all__ = ['sentence_spans', 'span_masks', 'span_rows', 'span_engine', 'score_example_spans', 'separation', 'explain_example']
 
 # %% ../../nbs/14_query.spans.ipynb #5729ede8
 _SENT = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -47,12 +47,17 @@ def span_masks(example:Example, tokenizer, spans:Sequence[tuple[int, int]], max_
     return te, [m.tolist() for m in out]
 
 # %% ../../nbs/14_query.spans.ipynb #313e32e2
-def _span_grads(capture:GradientCapture, tokenizer, te, masks) -> torch.Tensor:
-    rows = []
+def span_rows(te, masks:Sequence) -> list:
+    """One copy of tokenized example `te` per mask, supervised on that mask only and ending at its last supervised token: a causal
+    model's loss there does not depend on later tokens, so the gradient is unchanged and early spans cost less."""
+    out = []
     for m in masks:
-        t = type(te)(**{**te.__dict__}); t.supervised = m
-        rows.append(t)
-    G, _, _ = capture(pad_batch(rows, tokenizer.pad_token_id, "left"), reduction="sum")
+        end = int(np.flatnonzero(m)[-1]) + 1 if any(m) else len(te.input_ids)
+        t = type(te)(**te.__dict__); t.input_ids, t.supervised = list(te.input_ids[:end]), list(m[:end]); out.append(t)
+    return out
+
+def _span_grads(capture:GradientCapture, tokenizer, te, masks) -> torch.Tensor:
+    G, _, _ = capture(pad_batch(span_rows(te, masks), tokenizer.pad_token_id, "left"), reduction="sum")
     return G
 
 def span_engine(engine:Engine|str|None, index:GradientIndex|None) -> Engine:
