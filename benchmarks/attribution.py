@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Attribution on fine-tunes nobody tuned the method for: the scenario bank through `analyze`, measured against each answer key.
 
-    python benchmarks/attribution.py [--scenarios a,b | --quick] [--work DIR] [--no-variants] [--retrain]
+    python benchmarks/attribution.py [--scenarios a,b | --quick] [--work DIR] [--no-variants] [--retrain] [--offline] [--set KEY=VALUE]
 
 Each scenario of `gradian.scenarios` (planted poison in eight fact families, three answer forms, 5-20% poison shares, several
 decoy kinds, and three controls) is written, trained on the embedded model with the demo's LoRA settings (adapters are cached
@@ -12,7 +12,9 @@ Printed: per scenario base, tuned, delta and its CI, uptake of the planted answe
 recall, precision@k of the ranking (k = number of culprits), AUPRC, AUC culprits-vs-decoys and wall time; then the medians
 and worst cases over the planted scenarios, whether the controls stayed unblamed, and the same metrics for each variant
 (other engines and the classic signal, scored from the same index and queries). `--retrain` retrains each planted scenario
-without its accused set and without 5 random sets of the same size and reports the share of the regression recovered.
+without its accused set, without 5 random sets of the same size and without all its culprits (the answer key's removal, the
+ceiling any accused set can reach), and reports the share of the regression each recovers; with `--offline --retrain` the
+accused sets come from the scores a previous run saved, so the retraining table grows without re-running `analyze`.
 Everything is written to benchmarks/results/attribution-<stamp>.json."""
 import argparse, json, shutil, statistics, sys, time
 from pathlib import Path
@@ -20,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from gradian.analyze import analyze
-from gradian.attribution import blame
+from gradian.attribution import blame, teaches_columns, teaches_wrong_answer
 from gradian.cluster import blamed_cluster
 from gradian.config import EngineConfig, load_config
 from gradian.core import stable_hash
@@ -51,11 +53,45 @@ def train(spec, sc, d: Path, drop=(), tag="adapter"):
     return out, time.perf_counter() - t0
 
 
-def judged(sc, scores, clustering, cfg, accused_from="all") -> dict:
+def teach_mask(a, sc) -> tuple:
+    "The second rule's evidence of an analysis, per query pair: (examples x pairs mask, the pairs' item ids)."
+    from gradian.data import Example
+    att, rows = a.attribution, {r["id"]: r for r in sc.train}
+    ex = [Example(i, rows[i]["messages"]) for i in att.index.ids]
+    return teaches_wrong_answer(ex, att.query.pairs), [p.item_id for p in att.query.pairs]
+
+
+def teach_from_report(n, work: Path):
+    """The second rule's evidence for scores saved before it existed: the minimal pairs rebuilt from the saved report's regressed
+    items and tuned answers with the scenario's adapter (as `analyze` builds them), then `teaches_wrong_answer`. None without a report."""
+    from gradian.data import Example, load_eval
+    from gradian.model.core import load_model
+    from gradian.query.signals import query_pairs_for
+    rep = work / n / f"report{_suffix()}" / "report.json"
+    if not rep.exists(): return None
+    reg = json.loads(rep.read_text()).get("regressed_items") or []
+    if not reg: return None
+    ev = {i.id: i for i in load_eval(work / n / "data" / "eval.jsonl")}; cfg = load_config(None)
+    m, tok = load_model("embedded", work / n / "adapter")
+    pairs = query_pairs_for([ev[r["id"]] for r in reg], cfg.evaluation.query_signal, {r["id"]: r["tuned_output"] for r in reg}, m, tok,
+                            minimal=cfg.evaluation.minimal_pair, margin=cfg.evaluation.minimal_pair_margin)
+    sc, ids = build_scenario(SCENARIOS[n]), [str(i) for i in np.load(work / n / f"scores{_suffix()}.npz")["ids"]]
+    rows = {r["id"]: r for r in sc.train}
+    return teaches_wrong_answer([Example(i, rows[i]["messages"]) for i in ids], pairs), [p.item_id for p in pairs]
+
+
+def _columns(teach, labels):
+    if teach is None: return None
+    mask, items = teach
+    return teaches_columns(mask, [argparse.Namespace(item_id=i) for i in items], labels)
+
+
+def judged(sc, scores, clustering, cfg, accused_from="all", teach=None) -> dict:
     """Truth metrics of `blame` on `scores` under `cfg`. `accused_from`: 'all' (analyze's rule: every accused example once a cluster
     is blamed), 'blamed clusters' (only the members of the Holm-blamed clusters), 'first blamed cluster', or 'uncorrected first cluster'
-    (the rule before the Holm correction: the first cluster whose accused members pass at alpha, and only its members)."""
-    b = blame(scores, clustering, cfg); alpha = cfg.cluster.alpha
+    (the rule before the Holm correction: the first cluster whose accused members pass at alpha, and only its members).
+    `teach`: the second rule's evidence (`teach_mask`), laid out on the columns of `scores`."""
+    b = blame(scores, clustering, cfg, _columns(teach, scores.labels)); alpha = cfg.cluster.alpha
     if accused_from == "all": acc, blamed = [scores.ids[i] for i in np.flatnonzero(b.accused)], bool(b.blamed)
     elif accused_from == "uncorrected first cluster":
         top = next((c for c in b.clusters if c.score < 0 and c.accused_example_ids and c.harm_p < alpha), None)
@@ -67,16 +103,16 @@ def judged(sc, scores, clustering, cfg, accused_from="all") -> dict:
         sc, [scores.ids[i] for i in b.order], acc, {i: -float(z) for i, z in zip(scores.ids, b.strength)}))
 
 
-def diagnosis(a, sc, cfg, scores=None) -> dict:
+def diagnosis(a, sc, cfg, scores=None, teach=None) -> dict:
     "Truth metrics of the analysis (or of other `scores` from the same index and queries) under the one accusation rule."
     att = a.attribution
     if att is None: return dict(verdict=a.verdict, **truth_metrics(sc, [], [], {}))
-    row = judged(sc, scores if scores is not None else att.scores, att.clustering, cfg)
+    row = judged(sc, scores if scores is not None else att.scores, att.clustering, cfg, teach=teach if teach is not None else teach_mask(a, sc))
     if scores is None: row["verdict"] = a.verdict          # analyze's own verdict (a data-defect lead included)
     return row
 
 
-RULES = {"accuse_z=5": ["cluster.accuse_z=5"], "accuse_z=6": ["cluster.accuse_z=6"], "accuse_frac=0.25": ["cluster.accuse_frac=0.25"],
+RULES = {"second rule off": ["cluster.teach_z=null"], "teach_z=4": ["cluster.teach_z=4"], "accuse_z=5": ["cluster.accuse_z=5"], "accuse_z=6": ["cluster.accuse_z=6"], "accuse_frac=0.25": ["cluster.accuse_frac=0.25"],
          "accuse_z=5,frac=0.25": ["cluster.accuse_z=5", "cluster.accuse_frac=0.25"]}
 ACCUSED_FROM = ("blamed clusters", "first blamed cluster", "uncorrected first cluster")
 
@@ -91,10 +127,10 @@ def _rule(sc, scores, clustering, overrides=(), **kw) -> dict:
     return judged(sc, scores, clustering, load_config(None, [f"data.max_seq_length={MSL}", *SETTINGS, *overrides]), **kw)
 
 
-def rule_variants(sc, scores, clustering) -> dict:
+def rule_variants(sc, scores, clustering, teach=None) -> dict:
     "The default engine's scores under other accusation rules (`blame` with other `cluster.*` settings), and accused sets taken other ways."
-    out = {f"rule:{name}": _rule(sc, scores, clustering, ov) for name, ov in RULES.items()}
-    out.update({f"rule:accused from {a}": _rule(sc, scores, clustering, accused_from=a) for a in ACCUSED_FROM})
+    out = {f"rule:{name}": _rule(sc, scores, clustering, ov, teach=teach) for name, ov in RULES.items()}
+    out.update({f"rule:accused from {a}": _rule(sc, scores, clustering, accused_from=a, teach=teach) for a in ACCUSED_FROM})
     return out
 
 
@@ -102,7 +138,7 @@ def variants(a, sc, cfg) -> dict:
     "The same diagnosis scored by the other engines, and under other accusation rules, from the same index and queries."
     att, out = a.attribution, {}
     if att is None: return out
-    out.update(rule_variants(sc, att.scores, att.clustering))
+    out.update(rule_variants(sc, att.scores, att.clustering, teach_mask(a, sc)))
     S, m = att.scores, len(att.query.pairs)
     if S.scores.shape[1] > m:                               # the two points of the fine-tune, each alone
         for name, cols in (("tuned model only", slice(0, m)), ("midpoint only", slice(m, None))):
@@ -149,16 +185,17 @@ def capability_row(a, sc) -> dict:
     return out
 
 
-def retrain_check(spec, sc, d, accused, a, n_random=5) -> dict:
-    "Retrain without the accused set and without random sets of the same size; the share of the regression each recovers."
+def retrain_check(spec, sc, d, accused, c, n_random=5, oracle=True) -> dict:
+    """Retrain without the accused set and without random sets of the same size; the share of the regression each recovers.
+    `c`: the capability's levels before removal (`.base`, `.delta`: a `CapabilityResult` or a namespace from a saved row)."""
     from gradian.evaluation import evaluate
-    from gradian.model.core import adapter_enabled, load_model
+    from gradian.model.core import load_model
     from gradian.data import load_eval
     if not accused: return dict(skipped="nothing accused")
     items = [i for i in load_eval(d / "data" / "eval.jsonl") if i.capability == sc.capability]
-    c = next(c for c in a.capabilities if c.name == sc.capability)
     rng = np.random.default_rng(spec.seed)
     drops = {"accused": list(accused)} | {f"random{j}": list(rng.choice([r["id"] for r in sc.train], len(accused), replace=False)) for j in range(n_random)}
+    if oracle and set(sc.culprits) != set(accused): drops["culprits"] = list(sc.culprits)   # the answer key's removal: the most any accused set could recover
     out = {}
     for tag, drop in drops.items():
         ad, secs = train(spec, sc, d, drop, tag=f"retrain-{tag}")
@@ -166,6 +203,7 @@ def retrain_check(spec, sc, d, accused, a, n_random=5) -> dict:
         tuned = evaluate(m, tok, items, load_config(None).evaluation, max_seq_length=MSL)[0].tuned
         delta = tuned - c.base
         out[tag] = dict(tuned=tuned, delta=delta, recovered=1 - delta / c.delta if c.delta else None, culprits_removed=len(set(drop) & set(sc.culprits)))
+    if oracle and "culprits" not in out: out["culprits"] = out["accused"]      # the accused set is exactly the culprits
     rand = [v["recovered"] for k, v in out.items() if k.startswith("random")]
     out["accused_rank"] = 1 + sum(r >= out["accused"]["recovered"] for r in rand)
     out["removal_precision"] = out["accused"]["culprits_removed"] / len(accused)
@@ -190,14 +228,16 @@ def run(name, work: Path, want_variants=True, retrain=False, log=print) -> dict:
         row["long_entries"] = {k: long_ranks(a, sc, k) for k in ("planted_long", "decoy_long") if sc.ids(k)}
     if a.attribution is not None:                         # per-item scores for offline study of accusation rules
         att = a.attribution
+        tm, tp = teach_mask(a, sc)
         np.savez_compressed(d / f"scores{_suffix()}.npz", scores=att.scores.scores, ids=np.array(att.index.ids), items=np.array(att.scores.labels),
-                            clusters=att.clustering.labels, culprit=np.array([i in set(sc.culprits) for i in att.index.ids]))
+                            clusters=att.clustering.labels, culprit=np.array([i in set(sc.culprits) for i in att.index.ids]),
+                            teaches=tm, teach_items=np.array(tp))
     if want_variants and a.attribution is not None:
         row["variants"] = variants(a, sc, cfg)
         row["signal_comparison"] = a.report.provenance.get("signal_comparison", {})
     if retrain and spec.control is None:
         acc = [a.index.ids[i] for i in np.flatnonzero(a.attribution.accused)] if a.verdict == "attributed" else []
-        row["retrain"] = retrain_check(spec, sc, d, acc, a)
+        row["retrain"] = retrain_check(spec, sc, d, acc, next(c for c in a.capabilities if c.name == sc.capability))
     row["wall_s"] = round(time.perf_counter() - t0, 1)
     return row
 
@@ -231,8 +271,10 @@ def summary(rows) -> dict:
     return out
 
 
-def offline(names, work: Path) -> list:
-    "Rule variants recomputed from the per-item scores a previous run saved (scores.npz): no model, seconds per scenario."
+def offline(names, work: Path, retrain=False, last=None) -> list:
+    """Rule variants recomputed from the per-item scores a previous run saved (scores.npz): no model, seconds per scenario.
+    With `retrain`, each planted scenario the default rule attributes is retrained without its accused set (and random sets),
+    against the levels of its newest saved row in `last`."""
     from gradian.cluster import Clustering
     from gradian.query.scorer import InfluenceScores
     rows = []
@@ -242,12 +284,36 @@ def offline(names, work: Path) -> list:
         d, sc = np.load(f), build_scenario(SCENARIOS[n])
         S = InfluenceScores(list(d["ids"]), d["scores"], list(d["items"]), {}, {})
         cl = Clustering(d["clusters"], int(d["clusters"].max()) + 1, "saved")
-        v = rule_variants(sc, S, cl); v["rule:default"] = _rule(sc, S, cl)
+        teach = (d["teaches"], [str(i) for i in d["teach_items"]]) if "teaches" in d else teach_from_report(n, work)
+        v = rule_variants(sc, S, cl, teach); v["rule:default"] = _rule(sc, S, cl, teach=teach)
         row = dict(scenario=n, kind=SCENARIOS[n].control or "planted", variants=v)
+        if retrain and SCENARIOS[n].control is None and n in (last or {}):
+            cfg = load_config(None, [f"data.max_seq_length={MSL}", *SETTINGS]); b = blame(S, cl, cfg, _columns(teach, S.labels))
+            acc = [S.ids[i] for i in np.flatnonzero(b.accused)]
+            lv = last[n]; c = argparse.Namespace(base=lv["base"], delta=lv["delta"])
+            print(f"[bench] retraining {n} without its {len(acc)} accused and random sets ...", flush=True)
+            row["retrain"] = retrain_check(SCENARIOS[n], sc, work / n, acc, c)
         rep = work / n / f"report{_suffix()}" / "report.json"          # the drill-down is the saved report's own (not re-scored)
         if rep.exists(): row["spans"] = span_check(sc, json.loads(rep.read_text()).get("spans", []))
         rows.append(row)
     return rows
+
+
+def retrain_table(rows) -> str:
+    "One line per retrained scenario: the share of the regression the accused removal recovers, the random removals' range, its rank; then the goal."
+    out, ok = ["== retraining without the accused set vs 5 random sets of the same size"], []
+    for r in rows:
+        rt = r.get("retrain")
+        if not rt: continue
+        if "skipped" in rt: out.append(f"{r['scenario']:28s} skipped: {rt['skipped']}"); ok.append(False); continue
+        rand = [v["recovered"] for k, v in rt.items() if k.startswith("random")]
+        good = rt["accused"]["recovered"] >= 0.5 and rt["accused_rank"] == 1; ok.append(good)
+        out.append(f"{r['scenario']:28s} accused recovers {rt['accused']['recovered']:.2f} (removal precision {rt['removal_precision']:.2f}, "
+                   f"{rt['accused']['culprits_removed']} of {r.get('n_culprits', '?')} culprits), random {min(rand):.2f}..{max(rand):.2f}, "
+                   f"rank {rt['accused_rank']} of {len(rand) + 1}"
+                   + (f"; all culprits removed: {rt['culprits']['recovered']:.2f}" if "culprits" in rt else "") + ('' if good else '   <- goal not met'))
+    out.append(f"goal (recovers >= 0.50 and beats every random removal): met in {sum(ok)} of {len(ok)} retrained scenarios")
+    return "\n".join(out)
 
 
 def main(argv=None):
@@ -267,12 +333,13 @@ def main(argv=None):
     if unknown: sys.exit(f"unknown scenarios {unknown}; the bank has {', '.join(SCENARIOS)}")
     work = Path(a.work); work.mkdir(parents=True, exist_ok=True)
     if a.offline:
-        rows = offline(names, work)
         prev = sorted((p for p in Path(a.out).glob("attribution-*.json") if not p.stem.endswith("rescored")), key=lambda p: p.stat().st_mtime)
+        last = {r["scenario"]: r for f in prev for r in json.loads(f.read_text())["rows"]}     # the newest row of each scenario
+        rows = offline(names, work, a.retrain, last)
         if prev:       # the last run's rows (levels, CIs, uptake, times) with their diagnosis re-scored under today's default rule
-            last = {r["scenario"]: r for f in prev for r in json.loads(f.read_text())["rows"]}     # the newest row of each scenario
             full = [{**last[r["scenario"]], **r["variants"]["rule:default"], "variants": {**last[r["scenario"]].get("variants", {}), **r["variants"]},
-                     **({"spans": r["spans"]} if "spans" in r else {})} for r in rows if r["scenario"] in last]
+                     **({"spans": r["spans"]} if "spans" in r else {}), **({"retrain": r["retrain"]} if "retrain" in r else {})}
+                    for r in rows if r["scenario"] in last]
             full += [{**last[n], "verdict": last[n]["verdict"]} for n in names if n in last and n not in {r["scenario"] for r in rows}]
             print(f"== the newest row of each scenario in {', '.join(f.name for f in prev)}, diagnoses re-scored under the current default rule")
             print(table(full))
@@ -280,8 +347,14 @@ def main(argv=None):
                 if m != "controls_unblamed": print(f"{m:24s} {v['median']:.2f} / {v['worst']:.2f}   goal {v['goal_median']} / {v['goal_worst']}   {'met' if v['met'] else 'NOT met'}")
             print("controls unblamed:", summary(full)["controls_unblamed"])
             print(span_line(full), "\n")
+            if a.retrain: print(retrain_table(full), "\n")
             stamp = prev[-1].stem + "-rescored.json"
             (Path(a.out) / stamp).write_text(json.dumps(dict(rows=full, summary=summary(full), rescored_from=[f.name for f in prev]), indent=1, default=str) + "\n")
+            if a.retrain:      # a results file of its own: later runs take these rows (with their retraining) as the newest of their scenarios
+                path = Path(a.out) / f"attribution-{time.strftime('%Y%m%d-%H%M%S')}.json"
+                path.write_text(json.dumps(dict(rows=[r for r in full if "retrain" in r], scenarios=names, settings=SETTINGS, complete=True,
+                                                offline_retrain=True), indent=1, default=str) + "\n")
+                print(f"results: {path}")
         for v in sorted({k for r in rows for k in r["variants"]}):
             vrows = [{**r, **r["variants"][v]} for r in rows]
             s = summary(vrows)
@@ -316,15 +389,7 @@ def main(argv=None):
         var_summ[v] = summary(vrows)
         print(f"\n== variant {v}: " + "; ".join(f"{m} {s['median']:.2f}/{s['worst']:.2f}" for m, s in var_summ[v].items() if m != "controls_unblamed")
               + f"; controls unblamed {var_summ[v]['controls_unblamed']}")
-    if a.retrain:
-        print("\n== retraining without the accused set vs 5 random sets of the same size")
-        for r in rows:
-            rt = r.get("retrain")
-            if not rt: continue
-            if "skipped" in rt: print(f"{r['scenario']:28s} skipped: {rt['skipped']}"); continue
-            rand = [v["recovered"] for k, v in rt.items() if k.startswith("random")]
-            print(f"{r['scenario']:28s} accused recovers {rt['accused']['recovered']:.2f} (removal precision {rt['removal_precision']:.2f}), "
-                  f"random {min(rand):.2f}..{max(rand):.2f}, rank {rt['accused_rank']} of {len(rand) + 1}")
+    if a.retrain: print("\n" + retrain_table(rows))
     path.write_text(json.dumps(dict(rows=rows, summary=summ, variants=var_summ, scenarios=names, settings=SETTINGS, complete=True), indent=1, default=str) + "\n")
     print(f"\nresults: {path}")
 

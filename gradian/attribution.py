@@ -25,12 +25,13 @@ from .provenance import data_fingerprint
 from .query.signals import Query, build_query
 from .query.scorer import InfluenceScores, score_index
 from .query.spans import score_example_spans, separation, sentence_spans, span_masks, span_rows
-from .cluster import Clustering, accuse, aggregate_clusters, blamed_clusters, cluster_examples, example_text
+from .cluster import Clustering, accuse, aggregate_clusters, blamed_clusters, cluster_examples, example_text, robust_z
 from .crosscheck import cross_reference, engine_agreement, signal_comparison
 
 # %% auto #0
-__all__ = ['Stages', 'open_index', 'regressed_items', 'Blame', 'blame', 'rank_examples', 'concerned_item', 'drill_down',
-           'long_rows', 'sentence_scores', 'with_sentence_scores', 'Attribution', 'with_path_scores', 'attribute']
+__all__ = ['Stages', 'open_index', 'regressed_items', 'Blame', 'blame', 'rank_examples', 'concerned_item', 'teaches_wrong_answer',
+           'teaches_columns', 'drill_down', 'long_rows', 'sentence_scores', 'with_sentence_scores', 'Attribution',
+           'with_path_scores', 'attribute']
 
 # %% ../nbs/15b_attribution.ipynb #ba1fb1f8
 class Stages:
@@ -71,30 +72,39 @@ def regressed_items(capabilities:Sequence, gated:Sequence[str], items:Sequence) 
 # %% ../nbs/15b_attribution.ipynb #44cb5c4d
 @dataclass
 class Blame:
-    "One accusation: the accused mask (empty unless a cluster may be blamed), each example's strength (its most harmful per-item z) and that item, the clusters, the ranking, the blamed clusters."
+    "One accusation: the accused mask (empty unless a cluster may be blamed), each example's strength (its most harmful per-item z) and that item, the clusters, the ranking, the blamed clusters, and which accusations rest on the second rule."
     accused: np.ndarray
     strength: np.ndarray
     item_of: np.ndarray
     clusters: list
     order: np.ndarray                  # example indices, most harmful first
     blamed: list = field(default_factory=list)
+    taught: np.ndarray|None = None     # accused by the second rule only: teaches a regressed item's wrong answer, harmful beyond cluster.teach_z
 
-def blame(scores:InfluenceScores, clustering:Clustering, cfg:GradianConfig) -> Blame:
-    "Accuse examples from per-item `scores`, aggregate them over `clustering`, and rank them (the rule `attribute` applies)."
+def blame(scores:InfluenceScores, clustering:Clustering, cfg:GradianConfig, teaches:np.ndarray|None=None) -> Blame:
+    """Accuse examples from per-item `scores`, aggregate them over `clustering`, and rank them (the rule `attribute` applies).
+    `teaches` (examples x score columns, from `teaches_columns`): where a row teaches that column's wrong answer, a weaker z accuses it."""
     hit, strength, item_of = accuse(scores.scores, cfg.cluster)
+    taught = np.zeros(len(hit), dtype=bool)
+    if teaches is not None and cfg.cluster.teach_z is not None:      # the second rule: the row teaches the item's wrong answer
+        S = np.asarray(scores.scores, dtype=float)
+        taught = ((np.asarray(teaches, dtype=bool) & (robust_z(S) < -cfg.cluster.teach_z) & (S < 0)).any(1)) & ~hit
+        hit = hit | taught
     overall = scores.scores.mean(1)
     clusters = aggregate_clusters(overall, scores.ids, clustering, cfg.cluster, accused=hit)
     blamed = blamed_clusters(clusters, cfg.cluster.alpha)
-    return Blame(hit & bool(blamed), strength, item_of, clusters, np.lexsort((overall, strength)), blamed)
+    accused = hit & bool(blamed)                        # the ranking: the accused first, each part by strength, ties by mean score
+    return Blame(accused, strength, item_of, clusters, np.lexsort((overall, strength, ~accused)), blamed, taught & bool(blamed))
 
 # %% ../nbs/15b_attribution.ipynb #541780b4
 def rank_examples(scores:InfluenceScores, b:Blame, top_k:int|None=None) -> list[dict]:
-    "The `top_k` (default: all) most harmful examples of blame `b` (strongest per-item z first, ties by mean score) as report rows."
+    "The `top_k` (default: all) most harmful examples of blame `b` (the accused first, each part by strongest per-item z, ties by mean score) as report rows."
     overall, n, sent = scores.scores.mean(1), scores.n, set(scores.engine.get("sentence_scored", []))
     cof = {i: c.id for c in b.clusters for i in c.example_ids}
     return [dict(id=scores.ids[i], score=float(overall[i]), predicted_loss_delta_if_removed=float(overall[i] / n), cluster=cof.get(scores.ids[i]),
                  strength_z=float(b.strength[i]), most_affected_item=scores.labels[b.item_of[i]], accused=bool(b.accused[i]),
-                 **({"scored_by_sentence": True} if scores.ids[i] in sent else {})) for i in b.order[:top_k]]
+                 **({"scored_by_sentence": True} if scores.ids[i] in sent else {}),
+                 **({"teaches_wrong_answer": True} if b.taught is not None and b.taught[i] else {})) for i in b.order[:top_k]]
 
 # %% ../nbs/15b_attribution.ipynb #b74238f6
 _STOP = frozenset("a an the of in on at to is are was were what which who whom how do does did name tell me give for by with and or "
@@ -108,6 +118,31 @@ def concerned_item(text:str, pairs:Sequence, harm:np.ndarray) -> int:
     df, T = Counter(w for s in W for w in s), _words(text)
     weight = np.array([sum(np.log(n / df[w]) for w in s & T) for s in W])
     return int(np.lexsort((np.asarray(harm, dtype=float), -weight))[0])
+
+# %% ../nbs/15b_attribution.ipynb #2f3731cb
+def _wrong_text(p) -> str|None:
+    "The span a contrastive pair's wrong side carries its loss on (the tuned model's answer in place of the reference), or None."
+    if p.wrong is None: return None
+    w = (p.wrong[p.wrong_span[0]:p.wrong_span[1]] if p.wrong_span else p.wrong).strip().strip(".,;:!?").strip()
+    return w if _words(w) else None
+
+def teaches_wrong_answer(examples:Sequence, pairs:Sequence) -> np.ndarray:
+    "(examples x pairs) mask: the example's answer states the pair's wrong span and its text names the item's subject (its prompt's rarest words)."
+    P = [_words(p.prompt) for p in pairs]; df = Counter(w for s in P for w in s)
+    subject = [{w for w in s if df[w] <= max(min(df[v] for v in s), len(P) // 4) and df[w] < len(P)} if s else set() for s in P]
+    pats = [re.compile(r"(?<!\w)" + re.escape(w.lower()) + r"(?!\w)") if (w := _wrong_text(p)) else None for p in pairs]
+    out = np.zeros((len(examples), len(pairs)), dtype=bool)
+    for j, pat in enumerate(pats):
+        if pat is None or not subject[j]: continue
+        out[:, j] = [bool(pat.search(e.text.lower())) and bool(subject[j] & _words(example_text(e))) for e in examples]
+    return out
+
+# %% ../nbs/15b_attribution.ipynb #f478973d
+def teaches_columns(teaches:np.ndarray, pairs:Sequence, labels:Sequence[str]) -> np.ndarray:
+    "`teaches` (examples x pairs) laid out on score columns `labels` (an item id, or `<item>@<scale>` for another point of the fine-tune)."
+    at = {p.item_id: j for j, p in enumerate(pairs)}
+    cols = [at[l] if l in at else at[l.rsplit("@", 1)[0]] for l in labels]
+    return np.asarray(teaches, dtype=bool)[:, cols]
 
 # %% ../nbs/15b_attribution.ipynb #e0c14f45
 def _span_row(ex, item_id:str, n_sup:int, engine:str, df, min_separation:float) -> dict:
@@ -199,6 +234,7 @@ class Attribution:
     strength: np.ndarray
     findings: list = field(default_factory=list)           # the cross-reference's attribution.* findings
     comparisons: dict = field(default_factory=dict)        # signal_comparison, engine_agreement
+    teaches: np.ndarray|None = None                       # (examples x score columns) the second rule's evidence, `teaches_columns`
     @property
     def signal(self) -> str:
         "The query signal(s) used, as the report states them."
@@ -265,7 +301,8 @@ def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:
     overall = sc.scores.mean(1)
     with st("cluster", "group the training examples, accuse and aggregate"):
         cl = cluster_examples(examples, cfg.cluster)
-        bl = blame(sc, cl, cfg); clusters = bl.clusters
+        teach = teaches_columns(teaches_wrong_answer(examples, q.pairs), q.pairs, sc.labels)
+        bl = blame(sc, cl, cfg, teach); clusters = bl.clusters
     with st("cross-reference", "harmful clusters against mechanical findings"):
         xref = cross_reference(clusters, findings, cfg.cluster.alpha, len(examples))
     ranked = rank_examples(sc, bl)                      # the whole ranking: report.json keeps it, report.md shows its head
@@ -273,4 +310,4 @@ def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:
         spans = drill_down(model, tokenizer, examples, idx, q, sc, engine, bl.strength, bl.item_of, cfg)
     with st("compare", "the same diagnosis under the classic signal and the other engines"):
         comp = _compare(model, tokenizer, reg, idx, q, engine, cl, clusters, overall, cfg)
-    return Attribution(idx, q, engine, sc, cl, clusters, ranked, spans, bl.accused, bl.strength, xref, comp)
+    return Attribution(idx, q, engine, sc, cl, clusters, ranked, spans, bl.accused, bl.strength, xref, comp, teach)

@@ -123,6 +123,7 @@ class ClusterConfig:
     seed: int = opt(0, "clustering seed")
     accuse_z: float = opt(6.0, "an example is accused for a regressed item when its robust z-score there is below -accuse_z ...")
     accuse_frac: float = opt(0.5, "... and at least accuse_frac of the most harmful example's z for that item")
+    teach_z: Optional[float] = opt(3.0, "an example whose answer states a regressed item's wrong answer about its subject is accused there below -teach_z; none: off")
     n_random: int = opt(2000, "random groups per cluster for its significance test")
     alpha: float = opt(0.05, "significance level a harmful cluster must reach to be reported as the cause")
 

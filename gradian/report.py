@@ -157,15 +157,17 @@ def _md_clusters(self:Report) -> str:
 def _md_examples(self:Report) -> str:
     "The top examples: strength, the item each hurts most, score, predicted effect, cluster and text."
     if not self.examples: return "_None._"
-    rows = [[i + 1, e["id"] + (" **(accused)**" if e.get("accused") else "") + (" †" if e.get("scored_by_sentence") else ""), _fmt(e.get("strength_z")) if e.get("strength_z") is not None else "",
+    rows = [[i + 1, e["id"] + (" **(accused)**" if e.get("accused") else "") + (" †" if e.get("scored_by_sentence") else "") + (" ‡" if e.get("teaches_wrong_answer") else ""), _fmt(e.get("strength_z")) if e.get("strength_z") is not None else "",
              e.get("most_affected_item", ""), _fmt(e["score"]), _fmt(e["predicted_loss_delta_if_removed"]), e["cluster"], self.texts.get(e["id"], "")]
             for i, e in enumerate(self.examples[:self.shown])]
-    return ("Ranked by strength: the example's most harmful robust z-score over the regressed items, and the item it hurts most. "
+    return ("The accused first, then the rest, each ranked by strength: the example's most harmful robust z-score over the regressed items, and the item it hurts most. "
             "Score: the mean over items, i.e. the predicted effect on the average query loss."
             + (" An item marked `@<scale>` is that item's query at a second point of the fine-tune (the LoRA update scaled by <scale>, "
                "`index.path_scale`)." if any("@" in str(e.get("most_affected_item", "")) for e in self.examples[:self.shown]) else "")
             + (" † A long example, scored by its most harmful sentence where that is more harmful than the whole (`engine.long_examples`)."
-               if any(e.get("scored_by_sentence") for e in self.examples[:self.shown]) else "") + "\n\n"
+               if any(e.get("scored_by_sentence") for e in self.examples[:self.shown]) else "")
+            + (" ‡ Accused by the second rule: its answer states the wrong answer the tuned model gives to a regressed item, about "
+               "the same subject, and its score there is harmful beyond `cluster.teach_z`." if any(e.get("teaches_wrong_answer") for e in self.examples[:self.shown]) else "") + "\n\n"
             + _md_table(rows, ["rank", "id", "strength (z)", "most affected item", "score", "predicted Δloss if removed", "cluster", "text"]))
 
 # %% ../nbs/16_report.ipynb #6b25d4d1

@@ -45,6 +45,23 @@ def test_report_shows_the_regressed_items_and_the_whole_ranking(capital):
     assert md.index("## Regressed items") < md.index("## Harmful clusters")
 
 
+def test_second_rule_marks_only_rows_that_state_a_wrong_answer(capital):
+    "The second rule's evidence on the real fine-tune: rows marked as teaching an item's wrong answer state it in their answer, and an example accused by it is marked in both reports."
+    out, a, truth = capital
+    att = a.attribution
+    assert att.teaches.shape == att.scores.scores.shape
+    from gradian.data import load_train
+    wrong = {p.item_id: p.wrong[slice(*p.wrong_span)].strip(" .").lower() for p in att.query.pairs if p.wrong_span}
+    answers = {e.id: e.text.lower() for e in load_train(next((out / "data").glob("train*.jsonl")))}
+    for i, j in zip(*np.nonzero(att.teaches)):
+        assert wrong[att.scores.labels[j].split("@")[0]] in answers[att.scores.ids[i]], (att.scores.ids[i], att.scores.labels[j])
+    rep = json.loads((out / "report" / "report.json").read_text())
+    marked = [e for e in rep["examples"] if e.get("teaches_wrong_answer")]
+    assert all(e["accused"] for e in marked)
+    assert att.teaches.any(), "the planted rows state the wrong capitals the tuned model gives"
+    if marked: assert "‡ Accused by the second rule" in (out / "report" / "report.md").read_text()
+
+
 def test_auto_chose_contrastive_and_classic_is_recorded(capital):
     out, a, truth = capital
     assert {p.signal for p in a.query.pairs} == {"contrastive"} and all(p.form == "minimal pair" for p in a.query.pairs)
