@@ -131,10 +131,11 @@ def teaches_wrong_answer(examples:Sequence, pairs:Sequence) -> np.ndarray:
     P = [_words(p.prompt) for p in pairs]; df = Counter(w for s in P for w in s)
     subject = [{w for w in s if df[w] <= max(min(df[v] for v in s), len(P) // 4) and df[w] < len(P)} if s else set() for s in P]
     pats = [re.compile(r"(?<!\w)" + re.escape(w.lower()) + r"(?!\w)") if (w := _wrong_text(p)) else None for p in pairs]
+    answers, words = [e.text.lower() for e in examples], [_words(example_text(e)) for e in examples]     # each example read once
     out = np.zeros((len(examples), len(pairs)), dtype=bool)
     for j, pat in enumerate(pats):
         if pat is None or not subject[j]: continue
-        out[:, j] = [bool(pat.search(e.text.lower())) and bool(subject[j] & _words(example_text(e))) for e in examples]
+        out[:, j] = [bool(subject[j] & w) and bool(pat.search(a)) for a, w in zip(answers, words)]
     return out
 
 # %% ../nbs/15b_attribution.ipynb #f478973d
