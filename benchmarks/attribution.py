@@ -83,7 +83,7 @@ def teach_from_report(n, work: Path):
 def _columns(teach, labels):
     if teach is None: return None
     mask, items = teach
-    return teaches_columns(mask, [argparse.Namespace(item_id=i) for i in items], labels)
+    return teaches_columns(mask, items, labels)
 
 
 def judged(sc, scores, clustering, cfg, accused_from="all", teach=None) -> dict:

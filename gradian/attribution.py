@@ -139,9 +139,9 @@ def teaches_wrong_answer(examples:Sequence, pairs:Sequence) -> np.ndarray:
     return out
 
 # %% ../nbs/15b_attribution.ipynb #f478973d
-def teaches_columns(teaches:np.ndarray, pairs:Sequence, labels:Sequence[str]) -> np.ndarray:
-    "`teaches` (examples x pairs) laid out on score columns `labels` (an item id, or `<item>@<scale>` for another point of the fine-tune)."
-    at = {p.item_id: j for j, p in enumerate(pairs)}
+def teaches_columns(teaches:np.ndarray, item_ids:Sequence[str], labels:Sequence[str]) -> np.ndarray:
+    "`teaches` (examples x the items `item_ids`) laid out on score columns `labels` (an item id, or `<item>@<scale>` for another point of the fine-tune)."
+    at = {i: j for j, i in enumerate(item_ids)}
     cols = [at[l] if l in at else at[l.rsplit("@", 1)[0]] for l in labels]
     return np.asarray(teaches, dtype=bool)[:, cols]
 
@@ -302,7 +302,7 @@ def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:
     overall = sc.scores.mean(1)
     with st("cluster", "group the training examples, accuse and aggregate"):
         cl = cluster_examples(examples, cfg.cluster)
-        teach = teaches_columns(teaches_wrong_answer(examples, q.pairs), q.pairs, sc.labels)
+        teach = teaches_columns(teaches_wrong_answer(examples, q.pairs), [p.item_id for p in q.pairs], sc.labels)
         bl = blame(sc, cl, cfg, teach); clusters = bl.clusters
     with st("cross-reference", "harmful clusters against mechanical findings"):
         xref = cross_reference(clusters, findings, cfg.cluster.alpha, len(examples))
