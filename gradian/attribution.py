@@ -220,7 +220,7 @@ def with_sentence_scores(scores:InfluenceScores, rows:np.ndarray, S:np.ndarray) 
     return replace(scores, scores=out, engine={**scores.engine, "long_examples": "sentence", "sentence_scored": [scores.ids[i] for i in rows]})
 
 # %% ../nbs/15b_attribution.ipynb #5ebc8c5e
-@dataclass
+@dataclass(repr=False)
 class Attribution:
     "What `attribute` found: the index, query and scores, the clusters, the ranked examples, the spans and the cross-checks."
     index: GradientIndex
@@ -243,6 +243,9 @@ class Attribution:
         return "/".join(kinds) + (" (minimal pairs)" if any(p.form == "minimal pair" for p in self.query.pairs) else "")
     @property
     def signal_why(self) -> str: return "; ".join(sorted({p.reason for p in self.query.pairs}))
+    def __repr__(self):
+        return (f"Attribution({self.engine.name}, {self.scores.n} examples x {len(self.scores.labels)} score columns, "
+                f"{len(self.clusters)} clusters, {int(np.asarray(self.accused).sum())} accused)")
 
 # %% ../nbs/15b_attribution.ipynb #c99db646
 def _attribution_md(self:Attribution) -> str:
@@ -259,7 +262,7 @@ def _compare(model, tokenizer, reg, index, query, engine, cl, clusters, overall,
     if clusters and not all(p.signal == "classic" for p in query.pairs):
         qc = build_query(model, tokenizer, reg, index, signal="classic", per_item=True, batch_size=cfg.index.grad_batch_size, max_seq_length=None)
         out["signal_comparison"] = signal_comparison(score_index(index, qc, engine).scores.mean(1), overall, index.ids, cl, clusters, cfg.cluster)
-    others = {n: Engine.from_config(EngineConfig(**{**cfg.engine.__dict__, "name": n})) for n in ("graddot", "repsim") if n != engine.name}
+    others = {n: Engine.from_config(EngineConfig(**{**cfg.engine.__dict__, "name": n})) for n in ("datainf", "graddot", "repsim") if n != engine.name}
     k = max(1, len(clusters[0].accused_example_ids)) if clusters else 10
     out["engine_agreement"] = engine_agreement(index, query, overall, others, k=k)
     return out
@@ -276,6 +279,7 @@ def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:
               out, index=None, refs:dict|None=None, findings:Sequence=(), stages:Stages|None=None, engine:Engine|None=None, progress:bool=False) -> Attribution:
     "Attribute the regression of the `gated` capabilities to training `examples`: index, query, scores, clusters, spans, cross-checks."
     st, engine = stages or Stages(None), engine or Engine.from_config(cfg.engine)     # one engine object for every score below
+    engine.bind(model, tokenizer, examples, batch_size=cfg.index.grad_batch_size)     # engines that recompute gradients (ekfac) need these
     with st("index", "per-example LoRA gradients of the training data"):
         idx = open_index(model, tokenizer, examples, cfg, index if index is not None else Path(out)/"index", reuse=index is not None, refs=refs, progress=progress)
     reg, gens = regressed_items(capabilities, gated, items)
@@ -295,7 +299,7 @@ def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:
             idx2 = open_index(model, tokenizer, examples, cfg2, idx.path/f"scale-{ps:g}", reuse=index is not None and (idx.path/f"scale-{ps:g}"/"manifest.json").exists(),
                               refs=refs, progress=progress)
             q2 = build_query(model, tokenizer, reg, idx2, per_item=True, batch_size=cfg.index.grad_batch_size, max_seq_length=None, pairs=q.pairs)
-            eng2 = Engine.from_config(cfg.engine); sc2 = score_index(idx2, q2, eng2)
+            eng2 = Engine.from_config(cfg.engine).bind(model, tokenizer, examples, batch_size=cfg.index.grad_batch_size); sc2 = score_index(idx2, q2, eng2)
             if len(rows):
                 sc2 = with_sentence_scores(sc2, rows, sentence_scores(model, tokenizer, examples, idx2, q2, eng2, rows, cfg.data.max_seq_length, cfg.index.grad_batch_size))
             sc = with_path_scores(sc, sc2, ps, cfg.index.adapter_scale)

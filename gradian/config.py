@@ -109,9 +109,10 @@ class IndexConfig:
 @dataclass
 class EngineConfig:
     name: str = opt("datainf", "influence engine", registry="gradian.engines:ENGINES")
-    lambda_scale: float = opt(0.1, "DataInf damping: lambda_l = lambda_scale * mean ||g_il||^2")
+    lambda_scale: float = opt(0.1, "damping relative to each layer's curvature: DataInf lambda_l = lambda_scale * mean ||g_il||^2; EK-FAC lambda_m = lambda_scale * mean corrected eigenvalue of module m")
     normalize: str = opt("l2", "per-example gradient normalisation before scoring: l2 (cosine; the default, since examples the fine-tune fitted well have vanishing gradients) or none", ("none", "l2"))
     datainf_layer: str = opt("module", "DataInf curvature unit: one LoRA module, or its A and B blocks separately", ("module", "block"))
+    ekfac_fisher: str = opt("true", "EK-FAC curvature: the true Fisher (labels sampled from the model) or the empirical one (the training labels)", ("true", "empirical"))
     long_examples: str = opt("sentence", "examples with at least report.span_min_tokens supervised tokens are scored by their most harmful sentence (where it is more harmful than the whole), or as a whole", ("sentence", "whole"))
 
 # %% ../nbs/01_config.ipynb #057eaf63

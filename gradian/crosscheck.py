@@ -16,7 +16,7 @@ from .cluster import aggregate_clusters
 from .query.scorer import rank_correlation, score_index
 
 # %% auto #0
-__all__ = ['overlap_p_value', 'cross_reference', 'signal_comparison', 'engine_agreement']
+__all__ = ['INFLUENCE_ENGINES', 'overlap_p_value', 'cross_reference', 'signal_comparison', 'engine_agreement', 'shaky_agreement']
 
 # %% ../nbs/15a_crosscheck.ipynb #eb2819f4
 def overlap_p_value(n_total:int, n_flagged:int, n_accused:int, overlap:int) -> float:
@@ -68,3 +68,10 @@ def signal_comparison(classic:np.ndarray, chosen:np.ndarray, ids:Sequence[str], 
 def engine_agreement(index, query, chosen:np.ndarray, engines:dict, k:int=10) -> dict:
     "{name: rank_correlation(chosen, that engine's mean score)} for each other `Engine` in `engines` (name -> engine)."
     return {name: rank_correlation(chosen, score_index(index, query, eng).scores.mean(1), k=k) for name, eng in engines.items()}
+
+# %% ../nbs/15a_crosscheck.ipynb #0ebadff1
+INFLUENCE_ENGINES = ("datainf", "graddot", "ekfac")
+
+def shaky_agreement(agreement:dict, min_spearman:float=0.5) -> dict:
+    "{engine: Spearman} for the influence engines (not the repsim baseline) whose ranking agrees with the chosen one below `min_spearman`."
+    return {e: rc["spearman"] for e, rc in (agreement or {}).items() if e in INFLUENCE_ENGINES and rc["spearman"] < min_spearman}

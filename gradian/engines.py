@@ -1,4 +1,4 @@
-"""Influence engines that turn an index and query gradients into one score per training example: `graddot`, `datainf`, `repsim`, and the `ekfac` slot.
+"""Influence engines that turn an index and query gradients into one score per training example: `graddot`, `datainf`, `repsim`, and `ekfac` (EK-FAC through kronfluence, an optional extra).
 
 Docs: https://gradian-dev.github.io/gradian/engines.html.md"""
 
@@ -7,7 +7,8 @@ Docs: https://gradian-dev.github.io/gradian/engines.html.md"""
 # %% ../nbs/09_engines.ipynb #40dc7bd5
 from __future__ import annotations
 from dataclasses import dataclass, field, fields, asdict
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -25,11 +26,13 @@ __all__ = ['ENGINES', 'QueryVectors', 'EngineScores', 'block_dots', 'stream_scor
 # %% ../nbs/09_engines.ipynb #4edcd5c4
 @dataclass
 class QueryVectors:
-    "m query gradients `vectors` (m, D) in an index's layout; `reps_pos`/`reps_neg` (m, H) hidden-state means for repsim."
+    """m query gradients `vectors` (m, D) in an index's layout; `reps_pos`/`reps_neg` (m, H) hidden-state means for repsim;
+    `sides`: (tokenized sequence, row, weight) for each sequence whose weighted loss gradient makes up a row (engines that recompute gradients read these)."""
     vectors: torch.Tensor
     reps_pos: Optional[torch.Tensor] = None
     reps_neg: Optional[torch.Tensor] = None
     labels: list = field(default_factory=list)
+    sides: list = field(default_factory=list, repr=False)
     def __len__(self): return self.vectors.shape[0]
 
 # %% ../nbs/09_engines.ipynb #0ff120ea
@@ -235,11 +238,69 @@ class RepSim(Engine):
         return EngineScores(S.astype(np.float64), None, self.params())
 
 # %% ../nbs/09_engines.ipynb #ca09dac2
+@patch
+def bind(self:Engine, model, tokenizer, examples:Sequence, batch_size:int=8) -> Engine:
+    "Hand the model and training examples to an engine that recomputes gradients (ekfac); a no-op for engines that read only the index."
+    return self
+
 @register_engine
 @dataclass
 class EKFAC(Engine):
-    "Placeholder for the kronfluence-backed EK-FAC engine (optional extra)."
+    "EK-FAC (kronfluence): score_i = q . (F + lambda)^-1 g_i with eigenvalue-corrected Kronecker factors of each LoRA module's Fisher."
+    lambda_scale: float = 0.1
+    normalize: str = "none"
+    fisher: str = "true"
     name = "ekfac"
-    def fit(self, index):
-        raise GradianError("the ekfac engine is not available in this version of gradian",
-                           fix="use engine.name=datainf (default) or graddot; EK-FAC via kronfluence (pip install 'gradian[ekfac]') is planned")
+    uses_gradients = False          # it computes its own gradients with kronfluence instead of reading the index's
+    config_fields = {"lambda_scale": "lambda_scale", "normalize": "normalize", "fisher": "ekfac_fisher"}
+    def bind(self, model, tokenizer, examples, batch_size=8):
+        self.model, self.tokenizer, self.examples, self.batch_size = model, tokenizer, list(examples), batch_size; return self
+
+# %% ../nbs/09_engines.ipynb #72021982
+def _ekfac_stamp(index:GradientIndex, fisher:str) -> dict:
+    "What EK-FAC factors depend on, from the index's manifest (the folder name hashes it; `args.json` keeps it)."
+    import kronfluence
+    m = index.manifest
+    return dict(model=m["model"]["fingerprint"], adapter=m["adapter"]["fingerprint"], tokenizer=m["tokenizer"]["fingerprint"],
+                data=m["data"]["fingerprint"], max_seq_length=m.get("max_seq_length"), module_filter=m.get("module_filter"),
+                fisher=fisher, kronfluence=kronfluence.__version__, strategy="ekfac")
+
+@patch
+def fit(self:EKFAC, index):
+    Engine.fit(self, index)
+    if not hasattr(self, "model"): raise GradianError("the ekfac engine needs the model and the training examples, not only the index",
+                                                      fix="call engine.bind(model, tokenizer, examples) before fit (gradian analyze does)")
+    from gradian.grads.kron import fit_factors                          # the optional extra, imported on use
+    from gradian.index import make_capture
+    from gradian.data import tokenize_examples
+    from gradian.provenance import data_fingerprint, stable_hash
+    cap = make_capture(index, self.model, self.tokenizer)        # refuses a model that is not the index's
+    by_id = {e.id: e for e in self.examples}
+    train = [by_id[i] for i in index.ids if i in by_id]
+    if len(train) != index.n or data_fingerprint(train) != index.manifest["data"]["fingerprint"]:
+        raise GradianError(f"the examples bound to ekfac are not the {index.n} the index {index.path} was built from", fix="bind the training set the index was built on")
+    self.train = tokenize_examples(train, self.tokenizer, index.manifest.get("max_seq_length"))
+    self.modules, self.adapter_scale = [b.path for b in cap.blocks], cap.adapter_scale
+    stamp = _ekfac_stamp(index, self.fisher) | dict(adapter_scale=self.adapter_scale)
+    self.factors = fit_factors(self.model, self.modules, self.train, Path(index.path)/"ekfac"/f"factors-{stable_hash(stamp)[:12]}", pad_id=self.tokenizer.pad_token_id,
+                               stamp=stamp, fisher=self.fisher, batch_size=self.batch_size, adapter_scale=self.adapter_scale)
+    self.scale = _example_scale(index, self.normalize)
+    return self
+
+# %% ../nbs/09_engines.ipynb #eccd715c
+@patch
+def score(self:EKFAC, q:QueryVectors, per_block:bool=False) -> EngineScores:
+    "scores (n, m): each query row's weighted sides scored by kronfluence against every training example, summed per row."
+    self._check(q)
+    if per_block: raise GradianError("ekfac has no per-block scores", fix="use datainf or graddot for per-block scores")
+    if not q.sides: raise GradianError("the query carries no tokenized sides, which ekfac needs", fix="build it with gradian.query.signals.build_query")
+    from gradian.grads.kron import pairwise_scores
+    toks, rows, w = zip(*q.sides)
+    S = pairwise_scores(self.model, self.modules, self.factors, self.train, toks, w, pad_id=self.tokenizer.pad_token_id,
+                        lambda_scale=self.lambda_scale, batch_size=self.batch_size, adapter_scale=self.adapter_scale)
+    onehot = np.zeros((len(toks), len(q))); onehot[np.arange(len(toks)), rows] = 1
+    out = S.T @ onehot                                                           # (n, m): the rows' sides added up
+    _normalized(q.vectors[:1], self.normalize)                                   # refuses an unknown setting
+    if self.normalize == "l2":                                                   # the cosine, as the other engines score it
+        out = out * self.scale[:, None] / np.maximum(q.vectors.double().norm(dim=1).numpy(), 1e-30)[None]
+    return EngineScores(out, None, self.params())

@@ -14,6 +14,7 @@ from typing import Any, Optional
 from fastcore.basics import patch
 from .core import GradianError, atomic_write, write_json, _canon
 from .query.scorer import SIGN_CONVENTION
+from .crosscheck import shaky_agreement
 
 # %% auto #0
 __all__ = ['SCHEMA_VERSION', 'REPORT_SCHEMA', 'validate_report', 'Report', 'to_markdown', 'save_figures', 'save']
@@ -198,6 +199,9 @@ def _md_crosschecks(self:Report) -> str:
                    "A classic query credits examples that teach the answer *format*, the planted ones included; the contrastive query cancels that shared direction.")
     for e, rc in (p.get("engine_agreement") or {}).items():
         out.append(f"- Agreement with **{e}**: Spearman {rc['spearman']:+.3f}, Kendall {rc['kendall']:+.3f}, overlap of the {rc['k']} most harmful {rc['top_k_overlap']:.0%}.")
+    if shaky := shaky_agreement(p.get("engine_agreement")):
+        out.append(f"- **Shaky diagnosis**: the ranking depends on the engine (Spearman {', '.join(f'{v:+.2f} with {e}' for e, v in shaky.items())}, below 0.5). "
+                   "Treat the accused sets as leads to check, for example by retraining without them, rather than as the cause.")
     return "\n".join(out)
 
 # %% ../nbs/16_report.ipynb #d92f9d84

@@ -8,7 +8,7 @@ import pytest
 
 from gradian.analyze import analyze
 from gradian.config import load_config
-from gradian.demo import planted_scenario, run_demo
+from gradian.demo import demo_truth, planted_scenario, run_demo
 from gradian.report import validate_report
 from gradian.report import _flatten
 
@@ -118,6 +118,23 @@ def test_engines_selectable_and_named(capital, tmp_path):
     assert b.report.provenance["engine"]["engine"] == "graddot" and b.timings["index"] < 30      # reused, not rebuilt
     assert "graddot" in (tmp_path / "rep" / "report.md").read_text()
     assert b.verdict == "attributed"
+
+
+@pytest.mark.slow
+def test_ekfac_engine_on_the_real_fine_tune(capital, tmp_path):
+    "EK-FAC (kronfluence) end to end on the demo's real fine-tune, its index reused: it finds the planted rows, and the report carries its rank correlation with datainf."
+    out, a, truth = capital
+    cfg = load_config(None, ["engine.name=ekfac", "engine.normalize=l2", "data.max_seq_length=256", "index.path_scale=null"])
+    b = analyze("embedded", out / "adapter", out / "data" / "train.jsonl", out / "data" / "eval.jsonl", tmp_path / "rep", cfg=cfg,
+                index=out / "report" / "index", log=None, progress=False)
+    t = demo_truth(b, planted_scenario("capital", n_long=2))
+    agree = b.report.provenance["engine_agreement"]
+    print("ekfac on the demo fine-tune:", json.dumps(t), json.dumps(agree), json.dumps(b.timings))
+    assert b.report.provenance["engine"]["engine"] == "ekfac" and b.verdict == "attributed"
+    assert t["top_k_planted_share"] >= 0.6 and t["accused_precision"] >= 0.75, t
+    assert set(agree) == {"datainf", "graddot", "repsim"} and agree["datainf"]["spearman"] >= 0.5, agree
+    assert "Agreement with **datainf**" in (tmp_path / "rep" / "report.md").read_text()
+    assert list((out / "report" / "index" / "ekfac").glob("factors-*/args.json"))      # the factors sit beside the index with their arguments
 
 
 def test_bad_inputs_exit_2(capital, tmp_path):

@@ -198,17 +198,18 @@ def _capture_all(capture:GradientCapture, tokenizer, toks:list, batch_size:int):
 
 # %% ../../nbs/12_query.signals.ipynb #ac2b6814
 def _pair_gradients(capture:GradientCapture, tokenizer, pairs:list[QueryPair], batch_size:int, max_seq_length):
-    "Per pair: (query rows, correct-side reps, wrong-side reps, correct losses, wrong losses, indices of the contrastive pairs)."
-    Gc, Lc, Rc = _capture_all(capture, tokenizer, [_side(tokenizer, p.prompt, p.correct, p.correct_span, f"{p.item_id}:correct", max_seq_length, p.wrong)
-                                                   for p in pairs], batch_size)
+    """Per pair: (query rows, correct-side reps, wrong-side reps, correct losses, wrong losses, indices of the contrastive pairs,
+    sides: (tokenized side, pair index, +1 or -1) for every sequence whose loss gradient went into a query row)."""
+    tc = [_side(tokenizer, p.prompt, p.correct, p.correct_span, f"{p.item_id}:correct", max_seq_length, p.wrong) for p in pairs]
+    Gc, Lc, Rc = _capture_all(capture, tokenizer, tc, batch_size)
     wrong = [i for i, p in enumerate(pairs) if p.wrong is not None]
-    Q, Rn, Lw = Gc.clone(), None, None
+    Q, Rn, Lw, sides = Gc.clone(), None, None, [(t, j, 1.0) for j, t in enumerate(tc)]
     if wrong:
-        Gw, Lw, Rw = _capture_all(capture, tokenizer, [_side(tokenizer, pairs[i].prompt, pairs[i].wrong, pairs[i].wrong_span, f"{pairs[i].item_id}:wrong",
-                                                             max_seq_length, pairs[i].correct) for i in wrong], batch_size)
-        Q[wrong] -= Gw
+        tw = [_side(tokenizer, pairs[i].prompt, pairs[i].wrong, pairs[i].wrong_span, f"{pairs[i].item_id}:wrong", max_seq_length, pairs[i].correct) for i in wrong]
+        Gw, Lw, Rw = _capture_all(capture, tokenizer, tw, batch_size)
+        Q[wrong] -= Gw; sides += [(t, i, -1.0) for t, i in zip(tw, wrong)]
         if Rc is not None: Rn = torch.zeros_like(Rc); Rn[wrong] = Rw
-    return Q, Rc, Rn, Lc, Lw, wrong
+    return Q, Rc, Rn, Lc, Lw, wrong, sides
 
 # %% ../../nbs/12_query.signals.ipynb #f3c63d8b
 def build_query(model, tokenizer, items:Sequence[EvalItem], index:GradientIndex|None=None, signal:str="auto",
@@ -220,11 +221,12 @@ def build_query(model, tokenizer, items:Sequence[EvalItem], index:GradientIndex|
         if index is None: raise GradianError("build_query needs an index (or a capture) to know the layout")
         capture = make_capture(index, model, tokenizer)
     pairs = pairs if pairs is not None else query_pairs_for(items, signal, generations, model, tokenizer, minimal, margin=margin)
-    Q, Rc, Rn, Lc, Lw, wrong = _pair_gradients(capture, tokenizer, pairs, batch_size, max_seq_length)
+    Q, Rc, Rn, Lc, Lw, wrong, sides = _pair_gradients(capture, tokenizer, pairs, batch_size, max_seq_length)
     if not per_item:
         Q, Rc = Q.mean(0, keepdim=True), (None if Rc is None else Rc.mean(0, keepdim=True))
         Rn = None if Rn is None else Rn[wrong].mean(0, keepdim=True)
+        sides = [(t, 0, w / len(pairs)) for t, _, w in sides]                # the mean over pairs
     m = index.manifest if index is not None else {}
     man = query_manifest(model, tokenizer, capture, m.get("module_filter"), m.get("projection"))
     kinds = {p.signal for p in pairs}
-    return Query(Q, Rc, Rn, [p.item_id for p in pairs] if per_item else ["mean"], "/".join(sorted(kinds)), per_item, pairs, man, Lc, Lw)
+    return Query(Q, Rc, Rn, [p.item_id for p in pairs] if per_item else ["mean"], sides, "/".join(sorted(kinds)), per_item, pairs, man, Lc, Lw)
