@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Attribution on fine-tunes nobody tuned the method for: the scenario bank through `analyze`, measured against each answer key.
 
-    python benchmarks/attribution.py [--scenarios a,b | --quick] [--work DIR] [--no-variants] [--retrain] [--offline] [--set KEY=VALUE]
+    python benchmarks/attribution.py [--scenarios a,b | --quick] [--work DIR] [--no-variants] [--retrain [--no-oracle]] [--offline] [--set KEY=VALUE]
 
 Each scenario of `gradian.scenarios` (planted poison in eight fact families, three answer forms, 5-20% poison shares, several
 decoy kinds, and three controls) is written, trained on the embedded model with the demo's LoRA settings (adapters are cached
@@ -210,7 +210,7 @@ def retrain_check(spec, sc, d, accused, c, n_random=5, oracle=True) -> dict:
     return out
 
 
-def run(name, work: Path, want_variants=True, retrain=False, log=print) -> dict:
+def run(name, work: Path, want_variants=True, retrain=False, log=print, oracle=True) -> dict:
     spec = SCENARIOS[name]; sc = build_scenario(spec); d = work / name
     train_p, eval_p = sc.write(d / "data")
     t0 = time.perf_counter()
@@ -237,7 +237,7 @@ def run(name, work: Path, want_variants=True, retrain=False, log=print) -> dict:
         row["signal_comparison"] = a.report.provenance.get("signal_comparison", {})
     if retrain and spec.control is None:
         acc = [a.index.ids[i] for i in np.flatnonzero(a.attribution.accused)] if a.verdict == "attributed" else []
-        row["retrain"] = retrain_check(spec, sc, d, acc, next(c for c in a.capabilities if c.name == sc.capability))
+        row["retrain"] = retrain_check(spec, sc, d, acc, next(c for c in a.capabilities if c.name == sc.capability), oracle=oracle)
     row["wall_s"] = round(time.perf_counter() - t0, 1)
     return row
 
@@ -271,7 +271,7 @@ def summary(rows) -> dict:
     return out
 
 
-def offline(names, work: Path, retrain=False, last=None) -> list:
+def offline(names, work: Path, retrain=False, last=None, oracle=True) -> list:
     """Rule variants recomputed from the per-item scores a previous run saved (scores.npz): no model, seconds per scenario.
     With `retrain`, each planted scenario the default rule attributes is retrained without its accused set (and random sets),
     against the levels of its newest saved row in `last`."""
@@ -292,7 +292,7 @@ def offline(names, work: Path, retrain=False, last=None) -> list:
             acc = [S.ids[i] for i in np.flatnonzero(b.accused)]
             lv = last[n]; c = argparse.Namespace(base=lv["base"], delta=lv["delta"])
             print(f"[bench] retraining {n} without its {len(acc)} accused and random sets ...", flush=True)
-            row["retrain"] = retrain_check(SCENARIOS[n], sc, work / n, acc, c)
+            row["retrain"] = retrain_check(SCENARIOS[n], sc, work / n, acc, c, oracle=oracle)
         rep = work / n / f"report{_suffix()}" / "report.json"          # the drill-down is the saved report's own (not re-scored)
         if rep.exists(): row["spans"] = span_check(sc, json.loads(rep.read_text()).get("spans", []))
         rows.append(row)
@@ -327,6 +327,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help=f"four scenarios: {', '.join(QUICK)}")
     ap.add_argument("--work", default="benchmarks/work", help="scenario data, adapters and reports (adapters are reused when unchanged)")
     ap.add_argument("--no-variants", action="store_true"); ap.add_argument("--retrain", action="store_true")
+    ap.add_argument("--no-oracle", action="store_true", help="with --retrain: skip the retraining without every culprit (one training less per scenario)")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--offline", action="store_true", help="only recompute accusation-rule variants from the scores a previous run saved in --work")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -340,7 +341,7 @@ def main(argv=None):
     if a.offline:
         prev = sorted((p for p in Path(a.out).glob("attribution-*.json") if not p.stem.endswith("rescored")), key=lambda p: p.stat().st_mtime)
         last = {r["scenario"]: r for f in prev for r in json.loads(f.read_text())["rows"]}     # the newest row of each scenario
-        rows = offline(names, work, a.retrain, last)
+        rows = offline(names, work, a.retrain, last, oracle=not a.no_oracle)
         if prev:       # the last run's rows (levels, CIs, uptake, times) with their diagnosis re-scored under today's default rule
             full = [{**last[r["scenario"]], **r["variants"]["rule:default"], "variants": {**last[r["scenario"]].get("variants", {}), **r["variants"]},
                      **({"spans": r["spans"]} if "spans" in r else {}), **({"retrain": r["retrain"]} if "retrain" in r else {})}
@@ -372,7 +373,7 @@ def main(argv=None):
     rows = []
     for n in names:
         print(f"[bench] {n} ...", flush=True)
-        rows.append(run(n, work, not a.no_variants, a.retrain))
+        rows.append(run(n, work, not a.no_variants, a.retrain, oracle=not a.no_oracle))
         print(table(rows[-1:]).splitlines()[-1], flush=True)
         path.write_text(json.dumps(dict(rows=rows, scenarios=names, settings=SETTINGS, complete=False), indent=1, default=str) + "\n")   # kept as it goes
     print("\n== default settings (" + ", ".join(f"{k}={v}" for k, v in load_config(None).engine.__dict__.items()) + ")"
