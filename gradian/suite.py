@@ -19,12 +19,12 @@ from .scenarios import FAMILIES, ScenarioSpec, build_scenario, truth_metrics
 # %% auto #0
 __all__ = ['EXPERIMENTS', 'VERDICTS', 'RAISE', 'SuiteParams', 'Verdict', 'device_name', 'suite_model', 'train_and_analyze',
            'diagnosis_numbers', 'verdict_a', 'experiment_a', 'DefectCase', 'truncation_case', 'defect_cases',
-           'fire_checks', 'verdict_b', 'experiment_b', 'retrained_delta', 'verdict_c', 'experiment_c', 'drilled',
-           'long_ranks', 'verdict_d', 'experiment_d', 'write_verdicts', 'params_from', 'experiment_notebook',
-           'run_experiment', 'run_suite']
+           'fire_checks', 'verdict_b', 'experiment_b', 'retrain_without', 'retrained_delta', 'verdict_c',
+           'experiment_c', 'drilled', 'long_ranks', 'verdict_d', 'experiment_d', 'write_verdicts', 'params_from',
+           'experiment_notebook', 'run_experiment', 'run_suite']
 
 # %% ../nbs/22_suite.ipynb #7e74e64d
-EXPERIMENTS = {"A": "planted poison", "B": "mechanical defects", "C": "recovery", "D": "buried fact"}
+EXPERIMENTS = {"A": "planted poison", "B": "mechanical defects", "C": "recovery", "D": "buried fact", "E": "fidelity against retraining"}
 
 @dataclass
 class SuiteParams:
@@ -43,6 +43,8 @@ class SuiteParams:
     grad_batch_size: int = 8
     seed: int = 0
     quick: bool = False                # experiment C retrains 5 random controls instead of 8
+    n_clusters: int = 10               # experiment E: clusters left out one at a time (one retraining each, plus one of the full set)
+    engines: str = "datainf,graddot,repsim,ekfac"   # experiment E: the engines whose predictions are checked
 
 # %% ../nbs/22_suite.ipynb #d7f53f84
 @patch
@@ -52,8 +54,14 @@ def check(self:SuiteParams) -> SuiteParams:
     bad += [(n, "must be positive") for n in ("n_clean", "epochs", "lr", "max_seq_length", "grad_batch_size") if not getattr(self, n) > 0]
     if self.family not in FAMILIES: bad.append(("family", f"must be one of {', '.join(FAMILIES)}"))
     if self.projection_dim is not None and self.projection_dim <= 0: bad.append(("projection_dim", "must be positive or None"))
+    if self.n_clusters < 2: bad.append(("n_clusters", "must be at least 2"))
+    from gradian.engines import ENGINES
+    if unknown := [e for e in self.engine_names if e not in ENGINES]: bad.append(("engines", f"names unknown engine(s) {', '.join(unknown)}; use {', '.join(ENGINES)}"))
     if bad: raise GradianError(f"suite parameter {bad[0][0]}={getattr(self, bad[0][0])!r} {bad[0][1]}", fix="fix the value passed to the suite")
     return self
+
+@patch(as_prop=True)
+def engine_names(self:SuiteParams) -> list[str]: return [e.strip() for e in self.engines.split(",") if e.strip()]
 
 @patch
 def training(self:SuiteParams) -> dict:
@@ -264,19 +272,23 @@ def experiment_b(p:SuiteParams, out) -> Verdict:
     return Verdict("B", v, trig, adv, n, asdict(p), round(time.perf_counter() - t0, 1), device_name(), str(out/"report"))
 
 # %% ../nbs/22_suite.ipynb #37cd4ad0
+def retrain_without(p:SuiteParams, train, drop, out, model:str) -> Path:
+    "Train a LoRA adapter on `train` without the ids in `drop`, under the run's settings and seed; returns `out/adapter`."
+    from gradian.model.training import train_adapter
+    out, drop = Path(out), set(drop); out.mkdir(parents=True, exist_ok=True)
+    rows = [l for l in Path(train).read_text().splitlines() if l.strip() and json.loads(l)["id"] not in drop]
+    (out/"train.jsonl").write_text("\n".join(rows) + "\n")
+    train_adapter(out/"train.jsonl", out/"adapter", model=model, backend=p.backend, max_seq_length=p.max_seq_length, overwrite=True,
+                  progress=False, log=None, **p.training())
+    return out/"adapter"
+
 def retrained_delta(p:SuiteParams, train, eval, capability:str, drop, out, model:str) -> dict:
     "Train without the ids in `drop` and evaluate `capability`: base, tuned and delta of the retrained adapter."
     from gradian.config import load_config
     from gradian.data import load_eval
     from gradian.evaluation import evaluate
     from gradian.model.core import load_model
-    from gradian.model.training import train_adapter
-    out = Path(out); out.mkdir(parents=True, exist_ok=True)
-    rows = [l for l in Path(train).read_text().splitlines() if l.strip() and json.loads(l)["id"] not in set(drop)]
-    (out/"train.jsonl").write_text("\n".join(rows) + "\n")
-    train_adapter(out/"train.jsonl", out/"adapter", model=model, backend=p.backend, max_seq_length=p.max_seq_length, overwrite=True,
-                  progress=False, log=None, **p.training())
-    m, tok = load_model(model, out/"adapter")
+    m, tok = load_model(model, retrain_without(p, train, drop, out, model))
     items = [i for i in load_eval(eval) if i.capability == capability]
     c = evaluate(m, tok, items, load_config(None, p.overrides()).evaluation, max_seq_length=p.max_seq_length)[0]
     return dict(base=c.base, tuned=c.tuned, delta=c.delta, removed=len(drop))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Run Gradian's validation suite (experiments A-D, papermill notebooks in nbs/experiments/) and write the verdicts.
+"""Run Gradian's validation suite (experiments A-E, papermill notebooks in nbs/experiments/) and write the verdicts.
 
     python experiments/gpu/run_gpu_suite.py --experiment A --quick            # smoke test first, always
     python experiments/gpu/run_gpu_suite.py --all --model embedded            # the shipped SmolLM2-135M-Instruct, CPU is fine
@@ -19,7 +19,7 @@ def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     which = ap.add_mutually_exclusive_group(required=True)
     which.add_argument("--all", action="store_true", help="every experiment that has a notebook")
-    which.add_argument("--experiment", help="one or more of A,B,C,D (comma-separated)")
+    which.add_argument("--experiment", help="one or more of A,B,C,D,E (comma-separated)")
     ap.add_argument("--quick", action="store_true", help="fewer random-removal controls in C (5 instead of 8); the scenarios keep their size")
     ap.add_argument("--model", default="embedded", help="embedded (the shipped SmolLM2), tiny (config-built: plumbing only), an HF id or folder")
     ap.add_argument("--backend", default="hf", choices=["hf", "trl", "unsloth"])
@@ -34,6 +34,8 @@ def parse(argv=None):
     ap.add_argument("--fp16-store", action="store_true")
     ap.add_argument("--grad-batch-size", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--n-clusters", type=int, default=10, help="experiment E: clusters left out one at a time (one training each, plus one)")
+    ap.add_argument("--engines", default="datainf,graddot,repsim,ekfac", help="experiment E: engines whose predictions are checked")
     ap.add_argument("--out", default=None, help="results folder (default experiments/gpu/results/<stamp>)")
     return ap.parse_args(argv)
 
@@ -45,7 +47,8 @@ def main(argv=None) -> int:
     try:
         p = SuiteParams(model=a.model, backend=a.backend, family=a.family, n_clean=a.n_clean, poison_fraction=a.poison_fraction, epochs=a.epochs,
                         lr=a.lr, max_seq_length=a.max_seq_length, module_filter=a.module_filter, projection_dim=a.projection_dim or None,
-                        fp16_store=a.fp16_store, grad_batch_size=a.grad_batch_size, seed=a.seed, quick=a.quick).check()
+                        fp16_store=a.fp16_store, grad_batch_size=a.grad_batch_size, seed=a.seed, quick=a.quick,
+                        n_clusters=a.n_clusters, engines=a.engines).check()
         have = sorted(e for e in EXPERIMENTS if list(NB_DIR.glob(f"{e}_*.ipynb")))
         exps = have if a.all else [e.strip().upper() for e in a.experiment.split(",")]
         if a.all and len(have) < len(EXPERIMENTS): print(f"[suite] no notebook yet for {', '.join(sorted(set(EXPERIMENTS) - set(have)))}")
