@@ -25,7 +25,8 @@ from .scenarios import ScenarioSpec, build_scenario
 from .suite import RAISE, SuiteParams, Verdict, device_name, retrain_without, suite_model, train_and_analyze
 
 # %% auto #0
-__all__ = ['query_loss', 'cluster_effects', 'spearman_ci', 'random_baseline', 'leave_cluster_out', 'verdict_e', 'experiment_e']
+__all__ = ['DAMPING_SWEEP', 'query_loss', 'cluster_effects', 'spearman_ci', 'random_baseline', 'leave_cluster_out', 'verdict_e',
+           'experiment_e']
 
 # %% ../nbs/22a_fidelity.ipynb #cf92ac6f
 def query_loss(model, tokenizer, query, batch_size:int=8) -> float:
@@ -67,19 +68,25 @@ def random_baseline(labels:np.ndarray, k:int, true, n_draws:int=1000, seed:int=0
     return dict(spearman=float(med), lo=float(lo), hi=float(hi), n_draws=n_draws)
 
 # %% ../nbs/22a_fidelity.ipynb #8b6c441f
-def leave_cluster_out(p:SuiteParams, train, index, query, model:str, out, planted:Sequence[str]=(), log=None) -> dict:
+DAMPING_SWEEP = (0.001, 0.01, 0.1, 1.0)
+
+def leave_cluster_out(p:SuiteParams, train, index, query, model:str, out, planted:Sequence[str]=(), lambda_scales:Sequence[float]=DAMPING_SWEEP, log=None) -> dict:
     """Cluster the training set (`p.n_clusters`), retrain once without each cluster and once on everything, and compare each engine's
-    predicted query-loss change with the measured one. `index` and `query` are the diagnosis's (built on the full fine-tune)."""
+    predicted query-loss change with the measured one. `index` and `query` are the diagnosis's (built on the full fine-tune).
+    Engines with a damping (`lambda_scale`) are also scored at each of `lambda_scales`: the damping sweep costs scoring, not training."""
     log, out, t0 = log or (lambda s: None), Path(out), time.perf_counter()
     examples = load_train(train); by_id = {e.id: e for e in examples}
     cl = cluster_examples([by_id[i] for i in index.ids], n_clusters=p.n_clusters, seed=p.seed)
     labels, k, ids = cl.labels, cl.k, np.array(index.ids)
     m, tok = load_model(model, retrain_without(p, train, [], out/"full", model))       # the 11th run, through the same code path
     L0 = query_loss(m, tok, query, p.grad_batch_size)
-    pred = {}
-    for e in p.engine_names:                                                           # scored on the diagnosis's own index and query
-        eng = Engine.from_config(EngineConfig(name=e, normalize="none")).bind(m, tok, examples, batch_size=p.grad_batch_size)
-        pred[e] = cluster_effects(score_index(index, query, eng).scores.mean(1), labels, k)
+    pred, sweep = {}, {}
+    def predict(e, **kw):                                                              # on the diagnosis's own index and query
+        eng = Engine.from_config(EngineConfig(name=e, normalize="none", **kw)).bind(m, tok, examples, batch_size=p.grad_batch_size)
+        return eng, cluster_effects(score_index(index, query, eng).scores.mean(1), labels, k)
+    for e in p.engine_names:
+        eng, pred[e] = predict(e)
+        if hasattr(eng, "lambda_scale"): sweep[e] = {lam: predict(e, lambda_scale=lam)[1] for lam in lambda_scales}
     true = np.zeros(k)
     for c in range(k):
         log(f"[fidelity] retraining without cluster {c + 1} of {k} ({int((labels == c).sum())} examples)")
@@ -88,6 +95,7 @@ def leave_cluster_out(p:SuiteParams, train, index, query, model:str, out, plante
     rows = [dict(cluster=c, size=int((labels == c).sum()), planted=len(set(ids[labels == c]) & set(planted)), measured=true[c],
                  **{f"predicted_{e}": pred[e][c] for e in pred}) for c in range(k)]
     return dict(rows=rows, engines={e: spearman_ci(pred[e], true, seed=p.seed) for e in pred}, random=random_baseline(labels, k, true, seed=p.seed),
+                damping={e: {str(lam): spearman_ci(v, true, seed=p.seed) for lam, v in by.items()} for e, by in sweep.items()},
                 query_loss_full=L0, clustering=cl.method, n_trainings=k + 1, wall_s=round(time.perf_counter() - t0, 1))
 
 # %% ../nbs/22a_fidelity.ipynb #f2ca9831
