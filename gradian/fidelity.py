@@ -25,8 +25,8 @@ from .scenarios import ScenarioSpec, build_scenario
 from .suite import RAISE, SuiteParams, Verdict, device_name, retrain_without, suite_model, train_and_analyze
 
 # %% auto #0
-__all__ = ['DAMPING_SWEEP', 'query_loss', 'cluster_effects', 'spearman_ci', 'random_baseline', 'leave_cluster_out', 'verdict_e',
-           'experiment_e']
+__all__ = ['DAMPING_SWEEP', 'PROJECTION_SWEEP', 'query_loss', 'cluster_effects', 'spearman_ci', 'random_baseline',
+           'leave_cluster_out', 'index_bytes', 'projection_sweep', 'verdict_e', 'experiment_e']
 
 # %% ../nbs/22a_fidelity.ipynb #cf92ac6f
 def query_loss(model, tokenizer, query, batch_size:int=8) -> float:
@@ -97,6 +97,39 @@ def leave_cluster_out(p:SuiteParams, train, index, query, model:str, out, plante
     return dict(rows=rows, engines={e: spearman_ci(pred[e], true, seed=p.seed) for e in pred}, random=random_baseline(labels, k, true, seed=p.seed),
                 damping={e: {str(lam): spearman_ci(v, true, seed=p.seed) for lam, v in by.items()} for e, by in sweep.items()},
                 query_loss_full=L0, clustering=cl.method, n_trainings=k + 1, wall_s=round(time.perf_counter() - t0, 1))
+
+# %% ../nbs/22a_fidelity.ipynb #a349768c
+PROJECTION_SWEEP = (256, 512, 1024, 2048, 8192)
+
+def index_bytes(index) -> int:
+    "Bytes of an index folder on disk (gradient shards, ids, manifest; stored EK-FAC factors not counted)."
+    return sum(f.stat().st_size for f in Path(index.path).rglob("*") if f.is_file() and "ekfac" not in f.parts)
+
+def _jaccard(a:np.ndarray, b:np.ndarray) -> float:
+    u = int((a | b).sum()); return 1.0 if u == 0 else int((a & b).sum()) / u
+
+# %% ../nbs/22a_fidelity.ipynb #637af2ff
+def projection_sweep(model, tokenizer, examples:Sequence, pairs:Sequence, out, ks:Sequence[int]=PROJECTION_SWEEP, engine:str="datainf",
+                     max_seq_length:int|None=None, grad_batch_size:int=8, log=None) -> list[dict]:
+    "One row per projection `k` (and exact): bytes per example, Spearman with the exact scores, the accused set's agreement with exact."
+    from scipy.stats import spearmanr
+    from gradian.cluster import accuse
+    from gradian.index import build_index
+    from gradian.query.signals import build_query
+    log, out, res = log or (lambda s: None), Path(out), {}
+    for k in (None, *ks):
+        log(f"[sweep] projection {k or 'exact'}")
+        idx = build_index(model, tokenizer, examples, out/f"k-{k or 'exact'}", projection_dim=k, max_seq_length=max_seq_length, grad_batch_size=grad_batch_size)
+        q = build_query(model, tokenizer, [], idx, per_item=True, pairs=list(pairs), batch_size=grad_batch_size)
+        res[k] = (score_index(idx, q, Engine.from_config(EngineConfig(name=engine))).scores, index_bytes(idx))
+    S0 = res[None][0]; acc0 = accuse(S0)[0]
+    rows = []
+    for k, (S, b) in res.items():
+        acc = accuse(S)[0]
+        rows.append(dict(k="exact" if k is None else k, bytes_per_example=round(b / len(examples)), spearman_mean=float(spearmanr(S.mean(1), S0.mean(1)).statistic),
+                         spearman_items_median=float(np.median([spearmanr(S[:, j], S0[:, j]).statistic for j in range(S.shape[1])])),
+                         accused=int(acc.sum()), accused_exact=int(acc0.sum()), accused_jaccard=_jaccard(acc, acc0)))
+    return rows
 
 # %% ../nbs/22a_fidelity.ipynb #f2ca9831
 def verdict_e(engines:dict, random:dict) -> tuple[str, str|None, str|None]:
