@@ -21,8 +21,7 @@ from .data import load_train
 from .engines import Engine
 from .grads.capture import iter_batches, supervised_losses
 from .query.scorer import score_index
-from .scenarios import ScenarioSpec, build_scenario
-from .suite import RAISE, SuiteParams, Verdict, device_name, retrain_without, suite_model, train_and_analyze
+from .suite import RAISE, SuiteParams, Verdict, device_name, retrain_without, round_one
 
 # %% auto #0
 __all__ = ['DAMPING_SWEEP', 'PROJECTION_SWEEP', 'query_loss', 'cluster_effects', 'spearman_ci', 'random_baseline',
@@ -144,10 +143,7 @@ def verdict_e(engines:dict, random:dict) -> tuple[str, str|None, str|None]:
 def experiment_e(p:SuiteParams, out) -> Verdict:
     "Fidelity: do the engines' predicted effects of removing each cluster match retraining without it?"
     t0, out = time.perf_counter(), Path(out)
-    spec = ScenarioSpec("E-fidelity", p.check().family, "sentence", p.poison_fraction, decoys=("format",), n_clean=p.n_clean, seed=p.seed)
-    sc = build_scenario(spec); tr, ev = sc.write(out/"data")
-    model = suite_model(p, out.parent)
-    a = train_and_analyze(p, tr, ev, out/"round1", model=model)
+    sc, tr, ev, model, a = round_one(p, out, "E-fidelity")
     n = dict(analysis_verdict=a.verdict, n_train=len(sc.train))
     if a.attribution is not None:
         n.update(leave_cluster_out(p, tr, a.attribution.index, a.attribution.query, model, out/"lco", planted=sc.culprits))

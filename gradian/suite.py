@@ -19,7 +19,7 @@ from .scenarios import FAMILIES, ScenarioSpec, build_scenario, truth_metrics
 # %% auto #0
 __all__ = ['EXPERIMENTS', 'VERDICTS', 'RAISE', 'SuiteParams', 'Verdict', 'device_name', 'suite_model', 'train_and_analyze',
            'diagnosis_numbers', 'verdict_a', 'experiment_a', 'DefectCase', 'truncation_case', 'defect_cases',
-           'fire_checks', 'verdict_b', 'experiment_b', 'retrain_without', 'retrained_delta', 'verdict_c',
+           'fire_checks', 'verdict_b', 'experiment_b', 'retrain_without', 'retrained_delta', 'verdict_c', 'round_one',
            'experiment_c', 'drilled', 'long_ranks', 'verdict_d', 'experiment_d', 'write_verdicts', 'params_from',
            'experiment_notebook', 'run_experiment', 'run_suite']
 
@@ -302,13 +302,17 @@ def verdict_c(round1:float, round2:float|None, controls:list) -> tuple[str, str|
     if beaten: return "FAIL", f"{len(beaten)} of {len(controls)} random removals recovered as much or more", None
     return "PASS", None, None
 
+def round_one(p:SuiteParams, out, name:str):
+    "A planted scenario (sentence answers, format decoys) written to `out/data`, trained and diagnosed in `out/round1`: (scenario, train, eval, model, analysis)."
+    spec = ScenarioSpec(name, p.check().family, "sentence", p.poison_fraction, decoys=("format",), n_clean=p.n_clean, seed=p.seed)
+    sc = build_scenario(spec); tr, ev = sc.write(Path(out)/"data")
+    model = suite_model(p, Path(out).parent)
+    return sc, tr, ev, model, train_and_analyze(p, tr, ev, Path(out)/"round1", model=model)
+
 def experiment_c(p:SuiteParams, out) -> Verdict:
     "Recovery: does retraining without the accused set undo the regression, and better than random removals of the same size?"
     t0, out = time.perf_counter(), Path(out)
-    spec = ScenarioSpec("C-recovery", p.check().family, "sentence", p.poison_fraction, decoys=("format",), n_clean=p.n_clean, seed=p.seed)
-    sc = build_scenario(spec); tr, ev = sc.write(out/"data")
-    model = suite_model(p, out.parent)
-    a = train_and_analyze(p, tr, ev, out/"round1", model=model)
+    sc, tr, ev, model, a = round_one(p, out, "C-recovery")
     n = diagnosis_numbers(a, sc)
     accused = [a.index.ids[i] for i in np.flatnonzero(a.attribution.accused)] if a.attribution is not None and a.verdict == "attributed" else []
     r2, ctrl = None, []
