@@ -20,6 +20,7 @@ from .config import EngineConfig
 from .data import load_train
 from .engines import Engine
 from .grads.capture import iter_batches, supervised_losses
+from .model.core import load_model
 from .query.scorer import score_index
 from .suite import RAISE, SuiteParams, Verdict, device_name, retrain_without, round_one
 

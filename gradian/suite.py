@@ -54,7 +54,7 @@ def check(self:SuiteParams) -> SuiteParams:
     bad += [(n, "must be positive") for n in ("n_clean", "epochs", "lr", "max_seq_length", "grad_batch_size") if not getattr(self, n) > 0]
     if self.family not in FAMILIES: bad.append(("family", f"must be one of {', '.join(FAMILIES)}"))
     if self.projection_dim is not None and self.projection_dim <= 0: bad.append(("projection_dim", "must be positive or None"))
-    if self.n_clusters < 2: bad.append(("n_clusters", "must be at least 2"))
+    if self.n_clusters < 3: bad.append(("n_clusters", "must be at least 3 (a rank correlation over fewer clusters says nothing)"))
     from gradian.engines import ENGINES
     if unknown := [e for e in self.engine_names if e not in ENGINES]: bad.append(("engines", f"names unknown engine(s) {', '.join(unknown)}; use {', '.join(ENGINES)}"))
     if bad: raise GradianError(f"suite parameter {bad[0][0]}={getattr(self, bad[0][0])!r} {bad[0][1]}", fix="fix the value passed to the suite")

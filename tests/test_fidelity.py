@@ -1,0 +1,27 @@
+"""Leave-cluster-out fidelity (gradian.fidelity) outside the notebook's namespace, on the suite's tiny model: every step runs, the
+full retraining reproduces the fine-tune, and the table has one row per cluster. Its real run is experiment E on the embedded model."""
+import numpy as np
+
+from gradian.data import load_eval, load_train
+from gradian.fidelity import leave_cluster_out, query_loss
+from gradian.index import build_index
+from gradian.model.core import load_model
+from gradian.query.signals import build_query
+from gradian.scenarios import ScenarioSpec, build_scenario
+from gradian.suite import SuiteParams, retrain_without, suite_model
+
+
+def test_leave_cluster_out_on_the_tiny_model(tmp_path):
+    p = SuiteParams(n_clean=10, n_clusters=3, engines="datainf,graddot", projection_dim=None).check()
+    sc = build_scenario(ScenarioSpec("t", p.family, "sentence", p.poison_fraction, decoys=("format",), n_clean=p.n_clean, seed=p.seed))
+    tr, ev = sc.write(tmp_path / "data")
+    ref = suite_model(p, tmp_path)
+    m, tok = load_model(ref, retrain_without(p, tr, [], tmp_path / "round1", ref))
+    idx = build_index(m, tok, load_train(tr), tmp_path / "index", projection_dim=None)
+    q = build_query(m, tok, [i for i in load_eval(ev) if i.capability == sc.capability], idx, signal="classic", per_item=True)
+    r = leave_cluster_out(p, tr, idx, q, ref, tmp_path / "lco", planted=sc.culprits, lambda_scales=(0.01, 1.0))
+    assert [row["cluster"] for row in r["rows"]] == [0, 1, 2] and sum(row["size"] for row in r["rows"]) == idx.n
+    assert abs(r["query_loss_full"] - query_loss(m, tok, q)) < 1e-6          # the full retraining is the fine-tune the index was built on
+    assert all(np.isfinite(row["measured"]) and row["measured"] != 0 for row in r["rows"])
+    assert set(r["engines"]) == {"datainf", "graddot"} and set(r["damping"]) == {"datainf"} and set(r["damping"]["datainf"]) == {"0.01", "1.0"}
+    assert r["n_trainings"] == 4
