@@ -70,16 +70,18 @@ def random_baseline(labels:np.ndarray, k:int, true, n_draws:int=1000, seed:int=0
 # %% ../nbs/22a_fidelity.ipynb #8b6c441f
 DAMPING_SWEEP = (0.001, 0.01, 0.1, 1.0)
 
-def leave_cluster_out(p:SuiteParams, train, index, query, model:str, out, planted:Sequence[str]=(), lambda_scales:Sequence[float]=DAMPING_SWEEP, log=None) -> dict:
+def leave_cluster_out(p:SuiteParams, train, index, query, model:str, adapter, out, planted:Sequence[str]=(), lambda_scales:Sequence[float]=DAMPING_SWEEP, log=None) -> dict:
     """Cluster the training set (`p.n_clusters`), retrain once without each cluster and once on everything, and compare each engine's
-    predicted query-loss change with the measured one. `index` and `query` are the diagnosis's (built on the full fine-tune).
+    predicted query-loss change with the measured one. `index` and `query` are the diagnosis's, built on the fine-tune `adapter`;
+    the engines score with that model, the measured changes are against the full retraining (`full_retrain_drift` says how far apart the two are).
     Engines with a damping (`lambda_scale`) are also scored at each of `lambda_scales`: the damping sweep costs scoring, not training."""
     log, out, t0 = log or (lambda s: None), Path(out), time.perf_counter()
     examples = load_train(train); by_id = {e.id: e for e in examples}
     cl = cluster_examples([by_id[i] for i in index.ids], n_clusters=p.n_clusters, seed=p.seed)
     labels, k, ids = cl.labels, cl.k, np.array(index.ids)
-    m, tok = load_model(model, retrain_without(p, train, [], out/"full", model))       # the 11th run, through the same code path
-    L0 = query_loss(m, tok, query, p.grad_batch_size)
+    m, tok = load_model(model, adapter)                                                # the fine-tune the index and query were built on
+    mf, _ = load_model(model, retrain_without(p, train, [], out/"full", model))        # the 11th run, through the same code path as the others
+    L0 = query_loss(mf, tok, query, p.grad_batch_size); drift = L0 - query_loss(m, tok, query, p.grad_batch_size)
     pred, sweep = {}, {}
     def predict(e, **kw):                                                              # on the diagnosis's own index and query
         eng = Engine.from_config(EngineConfig(name=e, normalize="none", **kw)).bind(m, tok, examples, batch_size=p.grad_batch_size)
@@ -96,7 +98,7 @@ def leave_cluster_out(p:SuiteParams, train, index, query, model:str, out, plante
                  **{f"predicted_{e}": pred[e][c] for e in pred}) for c in range(k)]
     return dict(rows=rows, engines={e: spearman_ci(pred[e], true, seed=p.seed) for e in pred}, random=random_baseline(labels, k, true, seed=p.seed),
                 damping={e: {str(lam): spearman_ci(v, true, seed=p.seed) for lam, v in by.items()} for e, by in sweep.items()},
-                query_loss_full=L0, clustering=cl.method, n_trainings=k + 1, wall_s=round(time.perf_counter() - t0, 1))
+                query_loss_full=L0, full_retrain_drift=drift, clustering=cl.method, n_trainings=k + 1, wall_s=round(time.perf_counter() - t0, 1))
 
 # %% ../nbs/22a_fidelity.ipynb #a349768c
 PROJECTION_SWEEP = (256, 512, 1024, 2048, 8192)
@@ -147,6 +149,6 @@ def experiment_e(p:SuiteParams, out) -> Verdict:
     sc, tr, ev, model, a = round_one(p, out, "E-fidelity")
     n = dict(analysis_verdict=a.verdict, n_train=len(sc.train))
     if a.attribution is not None:
-        n.update(leave_cluster_out(p, tr, a.attribution.index, a.attribution.query, model, out/"lco", planted=sc.culprits))
+        n.update(leave_cluster_out(p, tr, a.attribution.index, a.attribution.query, model, out/"round1"/"adapter", out/"lco", planted=sc.culprits))
     v, trig, adv = verdict_e(n.get("engines", {}), n.get("random", {}))
     return Verdict("E", v, trig, adv, n, asdict(p), round(time.perf_counter() - t0, 1), device_name(), str(out/"round1"/"report"))

@@ -16,12 +16,13 @@ def test_leave_cluster_out_on_the_tiny_model(tmp_path):
     sc = build_scenario(ScenarioSpec("t", p.family, "sentence", p.poison_fraction, decoys=("format",), n_clean=p.n_clean, seed=p.seed))
     tr, ev = sc.write(tmp_path / "data")
     ref = suite_model(p, tmp_path)
-    m, tok = load_model(ref, retrain_without(p, tr, [], tmp_path / "round1", ref))
+    adapter = retrain_without(p, tr, [], tmp_path / "round1", ref)
+    m, tok = load_model(ref, adapter)
     idx = build_index(m, tok, load_train(tr), tmp_path / "index", projection_dim=None)
     q = build_query(m, tok, [i for i in load_eval(ev) if i.capability == sc.capability], idx, signal="classic", per_item=True)
-    r = leave_cluster_out(p, tr, idx, q, ref, tmp_path / "lco", planted=sc.culprits, lambda_scales=(0.01, 1.0))
+    r = leave_cluster_out(p, tr, idx, q, ref, adapter, tmp_path / "lco", planted=sc.culprits, lambda_scales=(0.01, 1.0))
     assert [row["cluster"] for row in r["rows"]] == [0, 1, 2] and sum(row["size"] for row in r["rows"]) == idx.n
-    assert abs(r["query_loss_full"] - query_loss(m, tok, q)) < 1e-6          # the full retraining is the fine-tune the index was built on
+    assert abs(r["full_retrain_drift"]) < 1e-6 and abs(r["query_loss_full"] - query_loss(m, tok, q)) < 1e-6   # the full retraining is the fine-tune
     assert all(np.isfinite(row["measured"]) and row["measured"] != 0 for row in r["rows"])
     assert set(r["engines"]) == {"datainf", "graddot"} and set(r["damping"]) == {"datainf"} and set(r["damping"]["datainf"]) == {"0.01", "1.0"}
     assert r["n_trainings"] == 4
