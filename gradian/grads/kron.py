@@ -102,8 +102,11 @@ def relative_damping(scale:float):
     finally: _kron_config.HEURISTIC_DAMPING_SCALE = prev
 
 # %% ../../nbs/06a_grads.kron.ipynb #fb0fce64
-def _quiet(): 
-    w = warnings.catch_warnings(); w.__enter__(); warnings.simplefilter("ignore", FutureWarning); return w
+@contextmanager
+def _quiet():
+    "Context: kronfluence's FutureWarnings (torch.cuda.amp) silenced."
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning); yield
 
 def factor_arguments(fisher:str="true") -> FactorArguments:
     "EK-FAC with eigendecompositions in float64; `fisher='true'` samples labels from the model, `'empirical'` uses the training labels."
@@ -131,15 +134,14 @@ def fit_factors(model, modules:Sequence[str], tokenized:Sequence, out, *, pad_id
                                              fix="delete that folder to refit, or use the settings it was fitted with")
         return out
     part = out.with_name(out.name + ".partial"); shutil.rmtree(part, ignore_errors=True)
-    dl = DataLoaderKwargs(collate_fn=collate_rows(pad_id)); w = _quiet()
+    dl = DataLoaderKwargs(collate_fn=collate_rows(pad_id))
     try:
-        with tracked(model, modules) as task, adapter_scaled(model, adapter_scale), torch.random.fork_rng(devices=[]):
+        with tracked(model, modules) as task, adapter_scaled(model, adapter_scale), torch.random.fork_rng(devices=[]), _quiet():
             torch.manual_seed(seed)
             an = Analyzer("kron", model, task, cpu=next(model.parameters()).device.type == "cpu", disable_tqdm=True, output_dir=str(part), log_level=logging.WARNING)
             an.fit_all_factors("ekfac", TokenRows(tokenized), per_device_batch_size=batch_size, factor_args=factor_arguments(fisher), dataloader_kwargs=dl)
     except torch.linalg.LinAlgError as e:
         raise GradianError(f"the EK-FAC eigendecomposition failed ({e})", fix="check the adapter for NaN weights (gradian doctor); datainf needs no factors") from e
-    finally: w.__exit__(None, None, None)
     _check_finite(part)
     (part/"args.json").write_text(json.dumps(stamp, indent=1, sort_keys=True) + "\n")
     shutil.rmtree(out, ignore_errors=True); os.replace(part, out)
@@ -150,13 +152,12 @@ def pairwise_scores(model, modules:Sequence[str], factors, train:Sequence, query
                     lambda_scale:float=0.1, batch_size:int=8, adapter_scale:float=1.0) -> np.ndarray:
     "(n_query_rows, n_train) EK-FAC scores of each weighted query row against each training example, float64."
     factors, name = Path(factors), f"scores-{uuid.uuid4().hex[:8]}"
-    dl = DataLoaderKwargs(collate_fn=collate_rows(pad_id)); w = _quiet()
+    dl = DataLoaderKwargs(collate_fn=collate_rows(pad_id))
     try:
-        with tracked(model, modules) as task, adapter_scaled(model, adapter_scale), relative_damping(lambda_scale):
+        with tracked(model, modules) as task, adapter_scaled(model, adapter_scale), relative_damping(lambda_scale), _quiet():
             an = Analyzer("kron", model, task, cpu=next(model.parameters()).device.type == "cpu", disable_tqdm=True, output_dir=str(factors), log_level=logging.WARNING)
             an.compute_pairwise_scores(name, "ekfac", TokenRows(query, weights), TokenRows(train), per_device_query_batch_size=batch_size,
                                        per_device_train_batch_size=batch_size, dataloader_kwargs=dl, score_args=ScoreArguments(damping_factor=None))
             S = an.load_pairwise_scores(name)["all_modules"]
-    finally:
-        w.__exit__(None, None, None); shutil.rmtree(factors/"kron"/name, ignore_errors=True)
+    finally: shutil.rmtree(factors/"kron"/name, ignore_errors=True)
     return S.double().cpu().numpy()
