@@ -291,7 +291,7 @@ def fit(self:EKFAC, index):
 @patch
 def score(self:EKFAC, q:QueryVectors, per_block:bool=False) -> EngineScores:
     "scores (n, m): each query row's weighted sides scored by kronfluence against every training example, summed per row."
-    self._check(q)
+    self._check(q); _normalized(q.vectors[:1], self.normalize)                  # refuses an unknown setting before any work
     if per_block: raise GradianError("ekfac has no per-block scores", fix="use datainf or graddot for per-block scores")
     if not q.sides: raise GradianError("the query carries no tokenized sides, which ekfac needs", fix="build it with gradian.query.signals.build_query")
     from gradian.grads.kron import pairwise_scores
@@ -300,7 +300,6 @@ def score(self:EKFAC, q:QueryVectors, per_block:bool=False) -> EngineScores:
                         lambda_scale=self.lambda_scale, batch_size=self.batch_size, adapter_scale=self.adapter_scale)
     onehot = np.zeros((len(toks), len(q))); onehot[np.arange(len(toks)), rows] = 1
     out = S.T @ onehot                                                           # (n, m): the rows' sides added up
-    _normalized(q.vectors[:1], self.normalize)                                   # refuses an unknown setting
     if self.normalize == "l2":                                                   # the cosine, as the other engines score it
         out = out * self.scale[:, None] / np.maximum(q.vectors.double().norm(dim=1).numpy(), 1e-30)[None]
     return EngineScores(out, None, self.params())
