@@ -61,13 +61,13 @@ def teach_mask(a, sc) -> tuple:
     return teaches_wrong_answer(ex, att.query.pairs), [p.item_id for p in att.query.pairs]
 
 
-def teach_from_report(n, work: Path):
-    """The second rule's evidence for scores saved before it existed: the minimal pairs rebuilt from the saved report's regressed
-    items and tuned answers with the scenario's adapter (as `analyze` builds them), then `teaches_wrong_answer`. None without a report."""
-    from gradian.data import Example, load_eval
+def pairs_from_report(n, work: Path, report: str = None):
+    """The minimal pairs of scenario `n` rebuilt from its saved report's regressed items and tuned answers with the scenario's
+    adapter, as `analyze` builds them: (pairs, model, tokenizer), or None without a saved report."""
+    from gradian.data import load_eval
     from gradian.model.core import load_model
     from gradian.query.signals import query_pairs_for
-    rep = work / n / f"report{_suffix()}" / "report.json"
+    rep = work / n / (report or f"report{_suffix()}") / "report.json"
     if not rep.exists(): return None
     reg = json.loads(rep.read_text()).get("regressed_items") or []
     if not reg: return None
@@ -75,6 +75,16 @@ def teach_from_report(n, work: Path):
     m, tok = load_model("embedded", work / n / "adapter")
     pairs = query_pairs_for([ev[r["id"]] for r in reg], cfg.evaluation.query_signal, {r["id"]: r["tuned_output"] for r in reg}, m, tok,
                             minimal=cfg.evaluation.minimal_pair, margin=cfg.evaluation.minimal_pair_margin)
+    return pairs, m, tok
+
+
+def teach_from_report(n, work: Path):
+    """The second rule's evidence for scores saved before it existed: `teaches_wrong_answer` over the minimal pairs
+    rebuilt from the saved report (`pairs_from_report`). None without a report."""
+    from gradian.data import Example
+    got = pairs_from_report(n, work)
+    if got is None: return None
+    pairs = got[0]
     sc, ids = build_scenario(SCENARIOS[n]), [str(i) for i in np.load(work / n / f"scores{_suffix()}.npz")["ids"]]
     rows = {r["id"]: r for r in sc.train}
     return teaches_wrong_answer([Example(i, rows[i]["messages"]) for i in ids], pairs), [p.item_id for p in pairs]

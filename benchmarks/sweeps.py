@@ -59,20 +59,12 @@ def plot_projection(rows, path: Path):
 
 def projection(a):
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from attribution import SCENARIOS, MSL, build_scenario
-    from gradian.config import load_config
-    from gradian.data import Example, load_eval
+    from attribution import SCENARIOS, MSL, build_scenario, pairs_from_report
+    from gradian.data import Example
     from gradian.fidelity import projection_sweep
-    from gradian.model.core import load_model
-    from gradian.query.signals import query_pairs_for
-    d = Path(a.work) / a.scenario
-    rep = d / "report" / "report.json"
-    if not rep.exists(): _fail(f"no saved report for {a.scenario} in {a.work}: run benchmarks/attribution.py --scenarios {a.scenario} first")
-    reg = json.loads(rep.read_text()).get("regressed_items") or []
-    ev = {i.id: i for i in load_eval(d / "data" / "eval.jsonl")}; cfg = load_config(None)
-    m, tok = load_model("embedded", d / "adapter")
-    pairs = query_pairs_for([ev[r["id"]] for r in reg], cfg.evaluation.query_signal, {r["id"]: r["tuned_output"] for r in reg}, m, tok,
-                            minimal=cfg.evaluation.minimal_pair, margin=cfg.evaluation.minimal_pair_margin)
+    got = pairs_from_report(a.scenario, Path(a.work), report="report")
+    if got is None: _fail(f"no saved report with regressed items for {a.scenario} in {a.work}: run benchmarks/attribution.py --scenarios {a.scenario} first")
+    pairs, m, tok = got
     examples = [Example(r["id"], r["messages"]) for r in build_scenario(SCENARIOS[a.scenario]).train]
     t0 = time.perf_counter()
     rows = projection_sweep(m, tok, examples, pairs, Path(a.scratch) / a.scenario, ks=[int(k) for k in a.ks.split(",")], max_seq_length=MSL, log=print)
