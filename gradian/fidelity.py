@@ -6,7 +6,7 @@ Docs: https://gradian-dev.github.io/gradian/fidelity.html.md"""
 
 # %% ../nbs/22a_fidelity.ipynb #bb8539fd
 from __future__ import annotations
-import time
+import json, time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
@@ -74,13 +74,17 @@ def leave_cluster_out(p:SuiteParams, train, index, query, model:str, adapter, ou
     """Cluster the training set (`p.n_clusters`), retrain once without each cluster and once on everything, and compare each engine's
     predicted query-loss change with the measured one. `index` and `query` are the diagnosis's, built on the fine-tune `adapter`;
     the engines score with that model, the measured changes are against the full retraining (`full_retrain_drift` says how far apart the two are).
+    Every removal trains as many optimizer steps as the full run: with a fixed epoch count a smaller set would also mean a shorter fine-tune,
+    and the measured change would mostly be that.
     Engines with a damping (`lambda_scale`) are also scored at each of `lambda_scales`: the damping sweep costs scoring, not training."""
     log, out, t0 = log or (lambda s: None), Path(out), time.perf_counter()
     examples = load_train(train); by_id = {e.id: e for e in examples}
     cl = cluster_examples([by_id[i] for i in index.ids], n_clusters=p.n_clusters, seed=p.seed)
     labels, k, ids = cl.labels, cl.k, np.array(index.ids)
     m, tok = load_model(model, adapter)                                                # the fine-tune the index and query were built on
-    mf, _ = load_model(model, retrain_without(p, train, [], out/"full", model))        # the 11th run, through the same code path as the others
+    full = retrain_without(p, train, [], out/"full", model)                            # the 11th run, through the same code path as the others
+    steps = json.loads((full/"train_manifest.json").read_text())["result"]["global_step"]   # every removal trains as many steps (not fewer epochs' worth)
+    mf, _ = load_model(model, full)
     L0 = query_loss(mf, tok, query, p.grad_batch_size); drift = L0 - query_loss(m, tok, query, p.grad_batch_size)
     pred, sweep = {}, {}
     def predict(e, **kw):                                                              # on the diagnosis's own index and query
@@ -92,13 +96,13 @@ def leave_cluster_out(p:SuiteParams, train, index, query, model:str, adapter, ou
     true = np.zeros(k)
     for c in range(k):
         log(f"[fidelity] retraining without cluster {c + 1} of {k} ({int((labels == c).sum())} examples)")
-        mc, _ = load_model(model, retrain_without(p, train, ids[labels == c].tolist(), out/f"without-{c}", model))
+        mc, _ = load_model(model, retrain_without(p, train, ids[labels == c].tolist(), out/f"without-{c}", model, max_steps=steps))
         true[c] = query_loss(mc, tok, query, p.grad_batch_size) - L0
     rows = [dict(cluster=c, size=int((labels == c).sum()), planted=len(set(ids[labels == c]) & set(planted)), measured=true[c],
                  **{f"predicted_{e}": pred[e][c] for e in pred}) for c in range(k)]
     return dict(rows=rows, engines={e: spearman_ci(pred[e], true, seed=p.seed) for e in pred}, random=random_baseline(labels, k, true, seed=p.seed),
                 damping={e: {str(lam): spearman_ci(v, true, seed=p.seed) for lam, v in by.items()} for e, by in sweep.items()},
-                query_loss_full=L0, full_retrain_drift=drift, clustering=cl.method, n_trainings=k + 1, wall_s=round(time.perf_counter() - t0, 1))
+                query_loss_full=L0, full_retrain_drift=drift, clustering=cl.method, n_trainings=k + 1, steps_per_training=steps, wall_s=round(time.perf_counter() - t0, 1))
 
 # %% ../nbs/22a_fidelity.ipynb #a349768c
 PROJECTION_SWEEP = (256, 512, 1024, 2048, 8192)

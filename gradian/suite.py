@@ -272,14 +272,14 @@ def experiment_b(p:SuiteParams, out) -> Verdict:
     return Verdict("B", v, trig, adv, n, asdict(p), round(time.perf_counter() - t0, 1), device_name(), str(out/"report"))
 
 # %% ../nbs/22_suite.ipynb #37cd4ad0
-def retrain_without(p:SuiteParams, train, drop, out, model:str) -> Path:
-    "Train a LoRA adapter on `train` without the ids in `drop`, under the run's settings and seed; returns `out/adapter`."
+def retrain_without(p:SuiteParams, train, drop, out, model:str, **training) -> Path:
+    "Train a LoRA adapter on `train` without the ids in `drop`, under the run's settings and seed (`training` overrides some, e.g. `max_steps`); returns `out/adapter`."
     from gradian.model.training import train_adapter
     out, drop = Path(out), set(drop); out.mkdir(parents=True, exist_ok=True)
     rows = [l for l in Path(train).read_text().splitlines() if l.strip() and json.loads(l)["id"] not in drop]
     (out/"train.jsonl").write_text("\n".join(rows) + "\n")
     train_adapter(out/"train.jsonl", out/"adapter", model=model, backend=p.backend, max_seq_length=p.max_seq_length, overwrite=True,
-                  progress=False, log=None, **p.training())
+                  progress=False, log=None, **{**p.training(), **training})
     return out/"adapter"
 
 def retrained_delta(p:SuiteParams, train, eval, capability:str, drop, out, model:str) -> dict:

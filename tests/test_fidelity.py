@@ -1,5 +1,7 @@
 """Leave-cluster-out fidelity (gradian.fidelity) outside the notebook's namespace, on the suite's tiny model: every step runs, the
 full retraining reproduces the fine-tune, and the table has one row per cluster. Its real run is experiment E on the embedded model."""
+import json
+
 import numpy as np
 
 from gradian.data import load_eval, load_train
@@ -26,3 +28,5 @@ def test_leave_cluster_out_on_the_tiny_model(tmp_path):
     assert all(np.isfinite(row["measured"]) and row["measured"] != 0 for row in r["rows"])
     assert set(r["engines"]) == {"datainf", "graddot"} and set(r["damping"]) == {"datainf"} and set(r["damping"]["datainf"]) == {"0.01", "1.0"}
     assert r["n_trainings"] == 4
+    steps = [json.loads((tmp_path / "lco" / d / "adapter" / "train_manifest.json").read_text())["result"]["global_step"] for d in ("full", "without-0", "without-1", "without-2")]
+    assert steps == [r["steps_per_training"]] * 4, steps   # a removal is not also a shorter fine-tune
