@@ -15,7 +15,8 @@ import numpy as np
 
 # %% auto #0
 __all__ = ['SEVERITIES', 'VERSIONED', 'GradianError', 'DataError', 'Finding', 'sort_findings', 'format_findings', 'stable_hash',
-           'hash_file', 'seed_everything', 'atomic_write', 'write_json', 'installed_versions', 'library_versions']
+           'hash_file', 'seed_everything', 'umask', 'atomic_write', 'write_json', 'installed_versions',
+           'library_versions']
 
 # %% ../nbs/00_core.ipynb #23a6c474
 class GradianError(Exception):
@@ -112,12 +113,18 @@ def seed_everything(seed:int) -> int:
     except ImportError: pass
     return seed
 
+# %% ../nbs/00_core.ipynb #21163d85
+def umask() -> int:
+    "The process's file-creation mask (read by setting and restoring it)."
+    m = os.umask(0o022); os.umask(m); return m
+
 # %% ../nbs/00_core.ipynb #3a1c758e
 def atomic_write(path, data:bytes|str) -> Path:
     "Write `data` to `path` atomically (temp file in the same folder + fsync + rename)."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~umask())                          # mkstemp makes the file private (0600); a result gets what open() would give
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush(); os.fsync(f.fileno())

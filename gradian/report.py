@@ -6,18 +6,19 @@ Docs: https://gradian-dev.github.io/gradian/report.html.md"""
 
 # %% ../nbs/16_report.ipynb #575acacc
 from __future__ import annotations
-import json
+import html, json, os, re, shutil, tempfile
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Any, Optional
 
 from fastcore.basics import patch
-from .core import GradianError, atomic_write, write_json, _canon
+from .core import GradianError, atomic_write, write_json, _canon, hash_file
 from .query.scorer import SIGN_CONVENTION
 from .crosscheck import shaky_agreement
 
 # %% auto #0
-__all__ = ['SCHEMA_VERSION', 'REPORT_SCHEMA', 'validate_report', 'Report', 'to_markdown', 'save_figures', 'save']
+__all__ = ['SCHEMA_VERSION', 'REPORT_SCHEMA', 'REPORT_SEAL', 'validate_report', 'Md', 'md_escape', 'md_code', 'Report',
+           'to_markdown', 'save_figures', 'save', 'verify_report']
 
 # %% ../nbs/16_report.ipynb #5852234a
 SCHEMA_VERSION = "1.1"
@@ -77,10 +78,31 @@ def _fmt(v, signed:bool=True) -> str:
         return f"{v:.4g}" if abs(v) < 1e4 else f"{v:.3e}"
     return str(v)
 
+# %% ../nbs/16_report.ipynb #54466393
+class Md(str):
+    "Markdown that Gradian wrote itself: passed through as is, where any other string is escaped."
+
+_MD_PUNCT = re.compile(r"([\\`*_\[\]#!~$])")
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+def _one_line(s) -> str: return " ".join(_BIDI.sub("\ufffd", str(s).replace("\x00", "\ufffd")).splitlines())
+
+def md_escape(s, line_start:bool=False) -> str:
+    "User text as inert markdown on one line: `&<>` as HTML entities, markdown punctuation backslash-escaped; `line_start` also defuses list and quote markers."
+    if isinstance(s, Md): return s
+    s = _MD_PUNCT.sub(r"\\\1", html.escape(_one_line(s), quote=False))
+    return re.sub(r"^(\d+)([.)])", r"\1\\\2", re.sub(r"^([-+=])", r"\\\1", s.lstrip())) if line_start else s
+
+# %% ../nbs/16_report.ipynb #4e0d5698
+def md_code(s) -> Md:
+    "User text as an inline code span that no backtick inside it can close early (the fence is one longer than its longest backtick run)."
+    s = _one_line(s); fence = "`" * (max(map(len, re.findall(r"`+", s)), default=0) + 1)
+    return Md(f"{fence} {s} {fence}" if s[:1] in ("`", " ") or s[-1:] in ("`", " ") or not s else f"{fence}{s}{fence}")
+
 # %% ../nbs/16_report.ipynb #f90cd6fa
 def _md_table(rows:list[list], head:list[str]) -> str:
-    "A GitHub markdown table; pipes in cells are escaped and newlines become spaces so a cell cannot break the row."
-    cell = lambda x: str(x).replace("|", "\\|").replace("\n", " ")
+    "A GitHub markdown table: cells that are not `Md` are escaped as user text; pipes are escaped and newlines become spaces so no cell can break its row."
+    cell = lambda x: (x if isinstance(x, Md) else md_escape(x)).replace("|", "\\|").replace("\n", " ")
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows])
 
 # %% ../nbs/16_report.ipynb #9ae9f0cc
@@ -112,14 +134,15 @@ def to_json(self:Report) -> dict:
 @patch
 def _md_header(self:Report) -> str:
     "Verdict, summary and leading cause: the three lines a busy reader stops after."
-    return "\n".join([f"# Gradian report: **{self.verdict.upper()}**", "", self.summary, "", f"**Leading cause:** {self.lead['text']}", ""])
+    return "\n".join([f"# Gradian report: **{md_escape(self.verdict.upper())}**", "", md_escape(self.summary, line_start=True), "",
+                      f"**Leading cause:** {md_escape(self.lead['text'])}", ""])
 
 # %% ../nbs/16_report.ipynb #d220a9b2
 @patch
 def _md_capabilities(self:Report) -> str:
     "One row per capability: metric, base and tuned levels, the signed delta with its CI, and whether it passed the gate."
     rows = [[c["name"], c["metric"] + (" (proxy)" if c["proxy_used"] else ""), _fmt(c["base"], False), _fmt(c["tuned"], False), _fmt(c["delta"]),
-             f"[{_fmt(c['ci_low'])}, {_fmt(c['ci_high'])}]", c["n"], c.get("n_regressed", ""), "yes" if c["gated"] else "no"] for c in self.capabilities]
+             Md(f"[{_fmt(c['ci_low'])}, {_fmt(c['ci_high'])}]"), c["n"], c.get("n_regressed", ""), "yes" if c["gated"] else "no"] for c in self.capabilities]
     return _md_table(rows, ["capability", "metric", "base", "tuned", "delta", "CI", "n", "regressed", "gated"])
 
 # %% ../nbs/16_report.ipynb #914c8d7c
@@ -128,8 +151,8 @@ def _md_exemplars(self:Report) -> list[str]:
     "Lines naming the most harmful members of each of the first three harmful (negative-score) clusters."
     out = []
     for c in [c for c in self.clusters if c["score"] < 0][:3]:
-        out.append(f"\n**Cluster {c['id']}: {c['label']}** ({c['size']} examples, {len(c['accused_example_ids'])} accused). Most harmful members:")
-        out += [f"- `{e['id']}` ({_fmt(e['score'])}): {e.get('text', '')}" for e in c["exemplars"]]
+        out.append(f"\n**Cluster {md_escape(c['id'])}: {md_escape(c['label'])}** ({c['size']} examples, {len(c['accused_example_ids'])} accused). Most harmful members:")
+        out += [f"- {md_code(e['id'])} ({_fmt(e['score'])}): {md_escape(e.get('text', ''))}" for e in c["exemplars"]]
     return out
 
 # %% ../nbs/16_report.ipynb #89ed2c57
@@ -158,7 +181,7 @@ def _md_clusters(self:Report) -> str:
 def _md_examples(self:Report) -> str:
     "The top examples: strength, the item each hurts most, score, predicted effect, cluster and text."
     if not self.examples: return "_None._"
-    rows = [[i + 1, e["id"] + (" **(accused)**" if e.get("accused") else "") + (" †" if e.get("scored_by_sentence") else "") + (" ‡" if e.get("teaches_wrong_answer") else ""), _fmt(e.get("strength_z")) if e.get("strength_z") is not None else "",
+    rows = [[i + 1, Md(md_escape(e["id"]) + (" **(accused)**" if e.get("accused") else "") + (" †" if e.get("scored_by_sentence") else "") + (" ‡" if e.get("teaches_wrong_answer") else "")), _fmt(e.get("strength_z")) if e.get("strength_z") is not None else "",
              e.get("most_affected_item", ""), _fmt(e["score"]), _fmt(e["predicted_loss_delta_if_removed"]), e["cluster"], self.texts.get(e["id"], "")]
             for i, e in enumerate(self.examples[:self.shown])]
     return ("The accused first, then the rest, each ranked by strength: the example's most harmful robust z-score over the regressed items, and the item it hurts most. "
@@ -179,10 +202,10 @@ def _md_spans(self:Report) -> str:
            "the query of the item it is about (in document order). Score: the span's own loss (mean over its tokens), "
            "so rank 1 is the most harmful per token; score (sum) is the summed loss over its tokens, and these add up to the example's."]
     for s in self.spans:
-        named = f"Culprit: _{s['culprit']}_" if s.get("culprit") else "Culprit: none named (inconclusive: no sentence stands out from the others)"
-        out.append(f"**`{s['example_id']}`** against item `{s['item_id']}` ({s.get('note', '')}). {named}")
+        named = f"Culprit: _{md_escape(s['culprit'])}_" if s.get("culprit") else "Culprit: none named (inconclusive: no sentence stands out from the others)"
+        out.append(f"**{md_code(s['example_id'])}** against item {md_code(s['item_id'])} ({md_escape(s.get('note', ''))}). {named}")
         out.append(_md_table([[sp["rank"], _fmt(sp["score"]), _fmt(sp["score_sum"]), sp["tokens"],
-                               ("**" + sp["text"] + "**") if sp["rank"] == 1 else sp["text"]] for sp in s["spans"]],
+                               Md("**" + md_escape(sp["text"]) + "**") if sp["rank"] == 1 else sp["text"]] for sp in s["spans"]],
                              ["rank", "score", "score (sum)", "tokens", "span"]))
     return "\n\n".join(out)
 
@@ -193,14 +216,14 @@ def _md_crosschecks(self:Report) -> str:
     p, out = self.provenance, []
     sc = p.get("signal_comparison") or {}
     if sc:
-        out.append(f"- Under the **classic** query (cross-entropy of the correct answer alone), the leading topic ({sc['leading_topic']}) ranks "
+        out.append(f"- Under the **classic** query (cross-entropy of the correct answer alone), the leading topic ({md_escape(sc['leading_topic'])}) ranks "
                    f"{sc['classic_rank_of_leading_topic']} of {sc['n_topics']}, and its accused members score {sc['classic_mean_score_of_accused']:+.4g} on average "
                    f"(against {sc['chosen_mean_score_of_accused']:+.4g} with the signal used); Spearman between the two rankings {sc['spearman_classic_vs_chosen']:+.3f}. "
                    "A classic query credits examples that teach the answer *format*, the planted ones included; the contrastive query cancels that shared direction.")
     for e, rc in (p.get("engine_agreement") or {}).items():
-        out.append(f"- Agreement with **{e}**: Spearman {rc['spearman']:+.3f}, Kendall {rc['kendall']:+.3f}, overlap of the {rc['k']} most harmful {rc['top_k_overlap']:.0%}.")
+        out.append(f"- Agreement with **{md_escape(e)}**: Spearman {rc['spearman']:+.3f}, Kendall {rc['kendall']:+.3f}, overlap of the {rc['k']} most harmful {rc['top_k_overlap']:.0%}.")
     if shaky := shaky_agreement(p.get("engine_agreement")):
-        out.append(f"- **Shaky diagnosis**: the ranking depends on the engine (Spearman {', '.join(f'{v:+.2f} with {e}' for e, v in shaky.items())}, below 0.5). "
+        out.append(f"- **Shaky diagnosis**: the ranking depends on the engine (Spearman {', '.join(f'{v:+.2f} with {md_escape(e)}' for e, v in shaky.items())}, below 0.5). "
                    "Treat the accused sets as leads to check, for example by retraining without them, rather than as the cause.")
     return "\n".join(out)
 
@@ -216,7 +239,7 @@ def _md_findings(self:Report) -> str:
 def _md_refused(self:Report) -> str:
     "A bullet per claim Gradian declines to make, with the reason."
     if not self.refused: return "_Nothing._"
-    return "\n".join(f"- **{x['claim']}**: {x['reason']}" for x in self.refused)
+    return "\n".join(f"- **{md_escape(x['claim'])}**: {md_escape(x['reason'])}" for x in self.refused)
 
 # %% ../nbs/16_report.ipynb #da27a31c
 @patch
@@ -224,8 +247,8 @@ def _md_provenance(self:Report) -> str:
     "Engine, query signal (and why), stage timings, then every manifest field as a table row."
     p = self.provenance
     rows = [[k, _fmt(v)] for k, v in _flatten(p.get("manifest", {}))]
-    parts = [f"Engine: `{json.dumps(p.get('engine'))}`", f"Query signal: {p.get('query_signal')} ({p.get('query_signal_why', '')})",
-             "Stage timings (seconds): " + ", ".join(f"{k} {v:.1f}" for k, v in p.get("timings", {}).items()),
+    parts = [f"Engine: {md_code(json.dumps(p.get('engine')))}", f"Query signal: {md_escape(p.get('query_signal'))} ({md_escape(p.get('query_signal_why', ''))})",
+             "Stage timings (seconds): " + ", ".join(f"{md_escape(k)} {v:.1f}" for k, v in p.get("timings", {}).items()),
              "", _md_table(rows, ["manifest field", "value"])]
     return "\n".join(parts)
 
@@ -255,6 +278,11 @@ def _repr_markdown_(self:Report) -> str:
     "Jupyter shows a `Report` as its full markdown."
     return self.to_markdown()
 
+# %% ../nbs/16_report.ipynb #dec7fc7f
+def _plain(s) -> str:
+    "User text as a matplotlib label that renders literally: `$` would start mathtext (and a lone one fails the whole figure)."
+    return _one_line(s).replace("$", r"\$")
+
 # %% ../nbs/16_report.ipynb #a1d5656e
 def _fig_capabilities(r:Report, folder:Path) -> str:
     "Draw each capability's delta with its CI (gated ones in red) into figures/capability_deltas.png."
@@ -264,7 +292,7 @@ def _fig_capabilities(r:Report, folder:Path) -> str:
     ys = range(len(r.capabilities))
     for y, c in zip(ys, r.capabilities):
         ax.errorbar(c["delta"], y, xerr=[[c["delta"] - c["ci_low"]], [c["ci_high"] - c["delta"]]], fmt="o", color="C3" if c["gated"] else "C0", capsize=4)
-    ax.axvline(0, color="k", lw=0.8); ax.set_yticks(list(ys), [c["name"] for c in r.capabilities]); ax.set_xlabel("delta = tuned − base (with CI)")
+    ax.axvline(0, color="k", lw=0.8); ax.set_yticks(list(ys), [_plain(c["name"]) for c in r.capabilities]); ax.set_xlabel("delta = tuned − base (with CI)")
     ax.set_title("Capability change"); fig.tight_layout(); fig.savefig(folder/"figures"/"capability_deltas.png", dpi=110); plt.close(fig)
     return "figures/capability_deltas.png"
 
@@ -276,7 +304,7 @@ def _fig_clusters(r:Report, folder:Path) -> str:
     top = r.clusters[:12]
     fig, ax = plt.subplots(figsize=(7, 0.6 + 0.4 * len(top)))
     ax.barh(range(len(top)), [c["predicted_loss_delta_if_removed"] for c in top], color=["C3" if c["predicted_loss_delta_if_removed"] < 0 else "C2" for c in top])
-    ax.set_yticks(range(len(top)), [f"{c['id']}: {c['label'][:40]}" for c in top]); ax.invert_yaxis(); ax.axvline(0, color="k", lw=0.8)
+    ax.set_yticks(range(len(top)), [_plain(f"{c['id']}: {str(c['label'])[:40]}") for c in top]); ax.invert_yaxis(); ax.axvline(0, color="k", lw=0.8)
     ax.set_xlabel("predicted query-loss change if removed (negative = removing helps)"); ax.set_title("Cluster effects")
     fig.tight_layout(); fig.savefig(folder/"figures"/"cluster_effects.png", dpi=110); plt.close(fig)
     return "figures/cluster_effects.png"
@@ -289,14 +317,42 @@ def save_figures(r:Report, folder) -> list[str]:
     if r.clusters: out.append(_fig_clusters(r, folder))
     return out
 
+# %% ../nbs/16_report.ipynb #085efb2c
+def _publish(stage:Path, folder:Path, seal:dict) -> None:
+    "Unseal `folder`, drop figures the new set lacks, move the staged files in (report.json last), then write the new seal."
+    (folder/REPORT_SEAL).unlink(missing_ok=True)                 # from here until the new seal lands, the folder reads as unsealed
+    for old in (folder/"figures").glob("*.png") if (folder/"figures").is_dir() else ():
+        if f"figures/{old.name}" not in seal: old.unlink()
+    for name in sorted(seal, key=lambda n: n == "report.json"):
+        (folder/name).parent.mkdir(parents=True, exist_ok=True); os.replace(stage/name, folder/name)
+    write_json(folder/REPORT_SEAL, seal)
+
 # %% ../nbs/16_report.ipynb #7e5c66f8
+REPORT_SEAL = "report.sha256.json"
+
 def save(self:Report, folder) -> Path:
-    "Validate and write report.json, report.md, manifest.json and figures/ into `folder`."
+    """Validate, then write report.json, report.md, manifest.json and figures/ into `folder` as one set: all staged in a
+    temporary folder first, moved in with report.json last, then sealed by `report.sha256.json` (each file's sha256)."""
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
     d = self.to_json(); validate_report(d)
-    figs = save_figures(self, folder)
-    md = self.to_markdown() + ("\n## Figures\n\n" + "\n".join(f"![{Path(f).stem}]({f})" for f in figs) + "\n" if figs else "")
-    write_json(folder/"report.json", d); atomic_write(folder/"report.md", md)
-    write_json(folder/"manifest.json", self.provenance.get("manifest", {}))
+    stage = Path(tempfile.mkdtemp(dir=folder, prefix=".report-staging-"))
+    try:
+        figs = save_figures(self, stage)
+        md = self.to_markdown() + ("\n## Figures\n\n" + "\n".join(f"![{Path(f).stem}]({f})" for f in figs) + "\n" if figs else "")
+        write_json(stage/"report.json", d); atomic_write(stage/"report.md", md)
+        write_json(stage/"manifest.json", self.provenance.get("manifest", {}))
+        seal = {p.relative_to(stage).as_posix(): hash_file(p, n=64) for p in sorted(stage.rglob("*")) if p.is_file()}
+        _publish(stage, folder, seal)
+    finally: shutil.rmtree(stage, ignore_errors=True)
     return folder
 Report.save = save
+
+# %% ../nbs/16_report.ipynb #1c330eee
+def verify_report(folder) -> dict:
+    "Check that `folder` holds a complete, unedited report set: every file its seal lists, with the same sha256; returns the seal."
+    folder = Path(folder); sp = folder/REPORT_SEAL
+    if not sp.is_file(): raise GradianError(f"{folder} has no {REPORT_SEAL}: the report was not written completely (or predates seals)", fix="rerun the analysis into this folder")
+    seal = json.loads(sp.read_text())
+    bad = [n for n, h in seal.items() if not (folder/n).is_file() or hash_file(folder/n, n=64) != h]
+    if bad: raise GradianError(f"report files differ from their seal in {folder}: {', '.join(bad)}", fix="the report was edited or only partly written: rerun the analysis")
+    return seal

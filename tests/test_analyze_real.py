@@ -10,7 +10,7 @@ from gradian.analyze import analyze
 from gradian.config import load_config
 from gradian.demo import demo_truth, planted_scenario, run_demo
 from gradian.report import validate_report
-from gradian.report import _flatten
+from gradian.report import _flatten, md_escape
 
 GRADIAN = str(Path(sys.executable).with_name("gradian"))
 
@@ -81,7 +81,7 @@ def test_report_schema_provenance_and_timings(capital):
     md = (out / "report" / "report.md").read_text()
     manifest = json.loads((out / "report" / "manifest.json").read_text())
     assert manifest == rep["provenance"]["manifest"]
-    missing = [k for k, v in _flatten(manifest) if f"| {k} |" not in md]
+    missing = [k for k, v in _flatten(manifest) if f"| {md_escape(k)} |" not in md]
     assert not missing, f"manifest fields absent from the report's provenance section: {missing[:10]}"
     for stage in ("load", "checks", "evaluate", "gate", "index", "query", "score", "cluster"):
         assert stage in rep["provenance"]["timings"], stage
@@ -181,7 +181,7 @@ def test_truncated_plant_leads_with_the_data_defect(truncated):
     assert set(x["example_ids"]) <= planted and len(x["example_ids"]) >= 2
     assert rep["verdict"] == "attributed" and rep["lead"]["kind"] == "data_defect"
     md = (out / "report" / "report.md").read_text()
-    assert "**Leading cause:** data defect data.completion_truncated" in md.split("## Capabilities")[0]
+    assert f"**Leading cause:** {md_escape('data defect data.completion_truncated')}" in md.split("## Capabilities")[0]
 
 
 def test_clean_finetune_is_refused(tmp_path):
