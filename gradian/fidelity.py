@@ -22,11 +22,12 @@ from .engines import Engine
 from .grads.capture import iter_batches, supervised_losses
 from .model.core import load_model
 from .query.scorer import score_index
-from .suite import RAISE, SuiteParams, Verdict, device_name, retrain_without, round_one
+from .suite import RAISE, SuiteParams, Verdict, device_name, retrain_without, round_one, rows_without
 
 # %% auto #0
-__all__ = ['DAMPING_SWEEP', 'PROJECTION_SWEEP', 'query_loss', 'cluster_effects', 'spearman_ci', 'random_baseline',
-           'leave_cluster_out', 'index_bytes', 'projection_sweep', 'verdict_e', 'experiment_e']
+__all__ = ['DAMPING_SWEEP', 'PROJECTION_SWEEP', 'query_loss', 'cluster_effects', 'spearman_ci', 'random_baseline', 'full_retrain',
+           'engine_scores', 'leave_cluster_out', 'random_subsets', 'subset_effects', 'random_band', 'datamodel_score',
+           'index_bytes', 'projection_sweep', 'verdict_e', 'experiment_e']
 
 # %% ../nbs/22a_fidelity.ipynb #cf92ac6f
 def query_loss(model, tokenizer, query, batch_size:int=8) -> float:
@@ -67,6 +68,21 @@ def random_baseline(labels:np.ndarray, k:int, true, n_draws:int=1000, seed:int=0
     lo, med, hi = np.nanquantile(rs, [0.025, 0.5, 0.975])
     return dict(spearman=float(med), lo=float(lo), hi=float(hi), n_draws=n_draws)
 
+# %% ../nbs/22a_fidelity.ipynb #757fecb8
+def full_retrain(p:SuiteParams, train, out, model:str) -> tuple[Path, int]:
+    """The fine-tune retrained on every row, `out/full/adapter`, and its optimizer steps (what each removal then trains for).
+    Reused when that folder already holds a run on the same rows under the same settings, so LCO and LDS share one."""
+    a = Path(out)/"full"/"adapter"; man = a/"train_manifest.json"
+    if not (man.is_file() and (Path(out)/"full"/"train.jsonl").read_text() == rows_without(train, [])
+            and all(json.loads(man.read_text())["training"].get(k) == v for k, v in p.training().items())):
+        a = retrain_without(p, train, [], Path(out)/"full", model)
+    return a, json.loads((a/"train_manifest.json").read_text())["result"]["global_step"]
+
+def engine_scores(name:str, model, tokenizer, examples, index, query, batch_size:int=8, **settings) -> tuple:
+    "(engine, each example's unnormalised score averaged over the query rows) on the diagnosis's own index and query."
+    eng = Engine.from_config(EngineConfig(name=name, normalize="none", **settings)).bind(model, tokenizer, examples, batch_size=batch_size)
+    return eng, score_index(index, query, eng).scores.mean(1)
+
 # %% ../nbs/22a_fidelity.ipynb #8b6c441f
 DAMPING_SWEEP = (0.001, 0.01, 0.1, 1.0)
 
@@ -82,14 +98,13 @@ def leave_cluster_out(p:SuiteParams, train, index, query, model:str, adapter, ou
     cl = cluster_examples([by_id[i] for i in index.ids], n_clusters=p.n_clusters, seed=p.seed)
     labels, k, ids = cl.labels, cl.k, np.array(index.ids)
     m, tok = load_model(model, adapter)                                                # the fine-tune the index and query were built on
-    full = retrain_without(p, train, [], out/"full", model)                            # the 11th run, through the same code path as the others
-    steps = json.loads((full/"train_manifest.json").read_text())["result"]["global_step"]   # every removal trains as many steps (not fewer epochs' worth)
+    full, steps = full_retrain(p, train, out, model)                                   # the 11th run; every removal trains as many steps
     mf, _ = load_model(model, full)
     L0 = query_loss(mf, tok, query, p.grad_batch_size); drift = L0 - query_loss(m, tok, query, p.grad_batch_size)
     pred, sweep = {}, {}
     def predict(e, **kw):                                                              # on the diagnosis's own index and query
-        eng = Engine.from_config(EngineConfig(name=e, normalize="none", **kw)).bind(m, tok, examples, batch_size=p.grad_batch_size)
-        return eng, cluster_effects(score_index(index, query, eng).scores.mean(1), labels, k)
+        eng, s = engine_scores(e, m, tok, examples, index, query, p.grad_batch_size, **kw)
+        return eng, cluster_effects(s, labels, k)
     for e in p.engine_names:
         eng, pred[e] = predict(e)
         if hasattr(eng, "lambda_scale"): sweep[e] = {lam: predict(e, lambda_scale=lam)[1] for lam in lambda_scales}
@@ -103,6 +118,47 @@ def leave_cluster_out(p:SuiteParams, train, index, query, model:str, adapter, ou
     return dict(rows=rows, engines={e: spearman_ci(pred[e], true, seed=p.seed) for e in pred}, random=random_baseline(labels, k, true, seed=p.seed),
                 damping={e: {str(lam): spearman_ci(v, true, seed=p.seed) for lam, v in by.items()} for e, by in sweep.items()},
                 query_loss_full=L0, full_retrain_drift=drift, clustering=cl.method, n_trainings=k + 1, steps_per_training=steps, wall_s=round(time.perf_counter() - t0, 1))
+
+# %% ../nbs/22a_fidelity.ipynb #797db767
+def random_subsets(n:int, m:int, fraction:float=0.5, seed:int=0) -> np.ndarray:
+    "`m` seeded random subsets of `n` rows, each keeping `round(fraction * n)` of them: a boolean (m, n) matrix of the rows kept."
+    rng, keep = np.random.default_rng(seed), np.zeros((m, n), bool)
+    for j in range(m): keep[j, rng.choice(n, round(fraction * n), replace=False)] = True
+    return keep
+
+def subset_effects(scores, keep:np.ndarray) -> np.ndarray:
+    "Each subset's predicted query-loss change against the full set: the summed scores of the rows it leaves out, over n."
+    scores = np.asarray(scores, dtype=float)
+    return (~keep).astype(float) @ scores / len(scores)
+
+# %% ../nbs/22a_fidelity.ipynb #fd6baab5
+def random_band(predict, n:int, true, n_draws:int=1000, seed:int=0) -> dict:
+    "What random per-example scores achieve through `predict` (scores -> per-group prediction): median Spearman with `true` and the central 95%."
+    from scipy.stats import spearmanr
+    rng = np.random.default_rng(seed)
+    rs = [spearmanr(predict(rng.standard_normal(n)), true).statistic for _ in range(n_draws)]
+    lo, med, hi = np.nanquantile(rs, [0.025, 0.5, 0.975])
+    return dict(spearman=float(med), lo=float(lo), hi=float(hi), n_draws=n_draws)
+
+# %% ../nbs/22a_fidelity.ipynb #2c5b50ef
+def datamodel_score(p:SuiteParams, train, index, query, model:str, adapter, out, n_subsets:int=20, fraction:float=0.5, log=None) -> dict:
+    """LDS: retrain on `n_subsets` seeded random subsets holding `fraction` of the rows (each for the full run's optimizer steps) and
+    rank-correlate each engine's predicted query-loss change with the measured one, beside the band of random scores."""
+    log, out, t0 = log or (lambda s: None), Path(out), time.perf_counter()
+    examples, ids = load_train(train), np.array(index.ids)
+    keep = random_subsets(len(ids), n_subsets, fraction, seed=p.seed)
+    m, tok = load_model(model, adapter)
+    full, steps = full_retrain(p, train, out, model)
+    L0 = query_loss(load_model(model, full)[0], tok, query, p.grad_batch_size)
+    pred = {e: subset_effects(engine_scores(e, m, tok, examples, index, query, p.grad_batch_size)[1], keep) for e in p.engine_names}
+    true = np.zeros(n_subsets)
+    for j in range(n_subsets):
+        log(f"[fidelity] LDS: training on random subset {j + 1} of {n_subsets}")
+        mj, _ = load_model(model, retrain_without(p, train, ids[~keep[j]].tolist(), out/f"subset-{j}", model, max_steps=steps))
+        true[j] = query_loss(mj, tok, query, p.grad_batch_size) - L0
+    return dict(engines={e: spearman_ci(v, true, seed=p.seed) for e, v in pred.items()}, random=random_band(lambda s: subset_effects(s, keep), len(ids), true, seed=p.seed),
+                measured=true.tolist(), predicted={e: v.tolist() for e, v in pred.items()}, n_subsets=n_subsets, fraction=fraction,
+                steps_per_training=steps, wall_s=round(time.perf_counter() - t0, 1))
 
 # %% ../nbs/22a_fidelity.ipynb #a349768c
 PROJECTION_SWEEP = (256, 512, 1024, 2048, 8192)
@@ -154,5 +210,6 @@ def experiment_e(p:SuiteParams, out) -> Verdict:
     n = dict(analysis_verdict=a.verdict, n_train=len(sc.train))
     if a.attribution is not None:
         n.update(leave_cluster_out(p, tr, a.attribution.index, a.attribution.query, model, out/"round1"/"adapter", out/"lco", planted=sc.culprits))
+        if p.lds_subsets: n["lds"] = datamodel_score(p, tr, a.attribution.index, a.attribution.query, model, out/"round1"/"adapter", out/"lco", n_subsets=p.lds_subsets)
     v, trig, adv = verdict_e(n.get("engines", {}), n.get("random", {}))
     return Verdict("E", v, trig, adv, n, asdict(p), round(time.perf_counter() - t0, 1), device_name(), str(out/"round1"/"report"))

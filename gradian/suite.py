@@ -19,9 +19,9 @@ from .scenarios import FAMILIES, ScenarioSpec, build_scenario, truth_metrics
 # %% auto #0
 __all__ = ['EXPERIMENTS', 'VERDICTS', 'RAISE', 'SuiteParams', 'Verdict', 'device_name', 'suite_model', 'train_and_analyze',
            'diagnosis_numbers', 'verdict_a', 'experiment_a', 'DefectCase', 'truncation_case', 'defect_cases',
-           'fire_checks', 'verdict_b', 'experiment_b', 'retrain_without', 'retrained_delta', 'verdict_c', 'round_one',
-           'experiment_c', 'drilled', 'long_ranks', 'verdict_d', 'experiment_d', 'write_verdicts', 'params_from',
-           'experiment_notebook', 'run_experiment', 'run_suite']
+           'fire_checks', 'verdict_b', 'experiment_b', 'rows_without', 'retrain_without', 'retrained_delta',
+           'verdict_c', 'round_one', 'experiment_c', 'drilled', 'long_ranks', 'verdict_d', 'experiment_d',
+           'write_verdicts', 'params_from', 'experiment_notebook', 'run_experiment', 'run_suite']
 
 # %% ../nbs/22_suite.ipynb #7e74e64d
 EXPERIMENTS = {"A": "planted poison", "B": "mechanical defects", "C": "recovery", "D": "buried fact", "E": "fidelity against retraining"}
@@ -45,6 +45,7 @@ class SuiteParams:
     quick: bool = False                # experiment C retrains 5 random controls instead of 8
     n_clusters: int = 10               # experiment E: clusters left out one at a time (one retraining each, plus one of the full set)
     engines: str = "datainf,graddot,repsim,ekfac"   # experiment E: the engines whose predictions are checked
+    lds_subsets: int = 0               # experiment E: random half-subsets retrained for the linear datamodeling score (0: none; else at least 3)
 
 # %% ../nbs/22_suite.ipynb #d7f53f84
 @patch
@@ -54,6 +55,7 @@ def check(self:SuiteParams) -> SuiteParams:
     bad += [(n, "must be positive") for n in ("n_clean", "epochs", "lr", "max_seq_length", "grad_batch_size") if not getattr(self, n) > 0]
     if self.family not in FAMILIES: bad.append(("family", f"must be one of {', '.join(FAMILIES)}"))
     if self.projection_dim is not None and self.projection_dim <= 0: bad.append(("projection_dim", "must be positive or None"))
+    if self.lds_subsets != 0 and self.lds_subsets < 3: bad.append(("lds_subsets", "must be 0 (no LDS) or at least 3"))
     if self.n_clusters < 3: bad.append(("n_clusters", "must be at least 3 (a rank correlation over fewer clusters says nothing)"))
     from gradian.engines import ENGINES
     if unknown := [e for e in self.engine_names if e not in ENGINES]: bad.append(("engines", f"names unknown engine(s) {', '.join(unknown)}; use {', '.join(ENGINES)}"))
@@ -271,13 +273,18 @@ def experiment_b(p:SuiteParams, out) -> Verdict:
     v, trig, adv = verdict_b(checks, lead)
     return Verdict("B", v, trig, adv, n, asdict(p), round(time.perf_counter() - t0, 1), device_name(), str(out/"report"))
 
+# %% ../nbs/22_suite.ipynb #39cb340f
+def rows_without(train, drop) -> str:
+    "The JSONL text of `train` without the rows whose id is in `drop` (row order and bytes otherwise kept)."
+    drop = set(drop)
+    return "\n".join(l for l in Path(train).read_text().splitlines() if l.strip() and json.loads(l)["id"] not in drop) + "\n"
+
 # %% ../nbs/22_suite.ipynb #37cd4ad0
 def retrain_without(p:SuiteParams, train, drop, out, model:str, **training) -> Path:
     "Train a LoRA adapter on `train` without the ids in `drop`, under the run's settings and seed (`training` overrides some, e.g. `max_steps`); returns `out/adapter`."
     from gradian.model.training import train_adapter
-    out, drop = Path(out), set(drop); out.mkdir(parents=True, exist_ok=True)
-    rows = [l for l in Path(train).read_text().splitlines() if l.strip() and json.loads(l)["id"] not in drop]
-    (out/"train.jsonl").write_text("\n".join(rows) + "\n")
+    out = Path(out); out.mkdir(parents=True, exist_ok=True)
+    (out/"train.jsonl").write_text(rows_without(train, drop))
     train_adapter(out/"train.jsonl", out/"adapter", model=model, backend=p.backend, max_seq_length=p.max_seq_length, overwrite=True,
                   progress=False, log=None, **{**p.training(), **training})
     return out/"adapter"

@@ -5,7 +5,7 @@ import json
 import numpy as np
 
 from gradian.data import load_eval, load_train
-from gradian.fidelity import leave_cluster_out, query_loss
+from gradian.fidelity import datamodel_score, leave_cluster_out, query_loss
 from gradian.index import build_index
 from gradian.model.core import load_model
 from gradian.query.signals import build_query
@@ -30,3 +30,6 @@ def test_leave_cluster_out_on_the_tiny_model(tmp_path):
     assert r["n_trainings"] == 4
     steps = [json.loads((tmp_path / "lco" / d / "adapter" / "train_manifest.json").read_text())["result"]["global_step"] for d in ("full", "without-0", "without-1", "without-2")]
     assert steps == [r["steps_per_training"]] * 4, steps   # a removal is not also a shorter fine-tune
+    lds = datamodel_score(p, tr, idx, q, ref, adapter, tmp_path / "lco", n_subsets=3)       # reuses the full run above
+    assert set(lds["engines"]) == {"datainf", "graddot"} and len(lds["measured"]) == 3 and all(np.isfinite(lds["measured"]))
+    assert lds["random"]["lo"] < 0 < lds["random"]["hi"]
