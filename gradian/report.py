@@ -9,7 +9,7 @@ from __future__ import annotations
 import html, json, os, re, shutil, tempfile
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from fastcore.basics import patch
 from .core import GradianError, atomic_write, write_json, _canon, hash_file
@@ -18,7 +18,7 @@ from .crosscheck import shaky_agreement
 
 # %% auto #0
 __all__ = ['SCHEMA_VERSION', 'REPORT_SCHEMA', 'REPORT_SEAL', 'validate_report', 'Md', 'md_escape', 'md_code', 'Report',
-           'to_markdown', 'save_figures', 'save', 'verify_report']
+           'to_markdown', 'clipped_texts', 'save_figures', 'save', 'verify_report']
 
 # %% ../nbs/16_report.ipynb #5852234a
 SCHEMA_VERSION = "1.1"
@@ -283,31 +283,62 @@ def _plain(s) -> str:
     "User text as a matplotlib label that renders literally: `$` would start mathtext (and a lone one fails the whole figure)."
     return _one_line(s).replace("$", r"\$")
 
+# %% ../nbs/16_report.ipynb #a74a6eac
+def _save_fig(fig, folder:Path, name:str) -> str:
+    "Save `fig` as figures/<name> (110 dpi) and close it; returns the path relative to the report folder."
+    import matplotlib.pyplot as plt
+    fig.savefig(Path(folder)/"figures"/name, dpi=110); plt.close(fig)
+    return f"figures/{name}"
+
+def _drawn_texts(fig) -> list:
+    "The text artists a figure draws: titles, axis labels and the tick labels inside each axis' view (matplotlib keeps hidden ones past the limits)."
+    out = list(fig.texts)
+    for ax in fig.axes:
+        out += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label]
+        for axis, k in ((ax.xaxis, 0), (ax.yaxis, 1)):
+            lo, hi = sorted(axis.get_view_interval())
+            out += [t for t in axis.get_ticklabels() if lo - 1e-9 <= t.get_position()[k] <= hi + 1e-9]
+    return [t for t in out if t.get_visible() and t.get_text().strip()]
+
+def clipped_texts(fig) -> list[str]:
+    "The drawn texts of `fig` that do not fit inside its canvas: a readable figure has none."
+    fig.canvas.draw(); r, box = fig.canvas.get_renderer(), fig.bbox
+    return [t.get_text() for t in _drawn_texts(fig)
+            if not (box.x0 - 1 <= (e := t.get_window_extent(r)).x0 and e.x1 <= box.x1 + 1 and box.y0 - 1 <= e.y0 and e.y1 <= box.y1 + 1)]
+
 # %% ../nbs/16_report.ipynb #a1d5656e
-def _fig_capabilities(r:Report, folder:Path) -> str:
-    "Draw each capability's delta with its CI (gated ones in red) into figures/capability_deltas.png."
+def _draw_capabilities(r:Report):
+    "Each capability's delta with its CI (gated ones in red), as a matplotlib figure."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 0.6 + 0.5 * len(r.capabilities)))
+    fig, ax = plt.subplots(figsize=(7, max(2.2, 1.2 + 0.4 * len(r.capabilities))))
     ys = range(len(r.capabilities))
     for y, c in zip(ys, r.capabilities):
         ax.errorbar(c["delta"], y, xerr=[[c["delta"] - c["ci_low"]], [c["ci_high"] - c["delta"]]], fmt="o", color="C3" if c["gated"] else "C0", capsize=4)
-    ax.axvline(0, color="k", lw=0.8); ax.set_yticks(list(ys), [_plain(c["name"]) for c in r.capabilities]); ax.set_xlabel("delta = tuned − base (with CI)")
-    ax.set_title("Capability change"); fig.tight_layout(); fig.savefig(folder/"figures"/"capability_deltas.png", dpi=110); plt.close(fig)
-    return "figures/capability_deltas.png"
+    ax.axvline(0, color="k", lw=0.8); ax.set_yticks(list(ys), [_plain(str(c["name"])[:40]) for c in r.capabilities]); ax.set_ylim(-0.6, len(r.capabilities) - 0.4)
+    ax.set_xlabel("delta = tuned − base (with CI)"); ax.set_title("Capability change"); fig.tight_layout()
+    return fig
+
+def _fig_capabilities(r:Report, folder:Path) -> str:
+    "Draw the capability figure into figures/capability_deltas.png."
+    return _save_fig(_draw_capabilities(r), folder, "capability_deltas.png")
 
 # %% ../nbs/16_report.ipynb #49a6b7de
-def _fig_clusters(r:Report, folder:Path) -> str:
-    "Draw the predicted loss change of removing each of the first 12 clusters into figures/cluster_effects.png."
+def _draw_clusters(r:Report):
+    "The predicted loss change of removing each of the first 12 clusters, as a matplotlib figure."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     top = r.clusters[:12]
-    fig, ax = plt.subplots(figsize=(7, 0.6 + 0.4 * len(top)))
+    fig, ax = plt.subplots(figsize=(8, max(2.4, 1.3 + 0.4 * len(top))))
     ax.barh(range(len(top)), [c["predicted_loss_delta_if_removed"] for c in top], color=["C3" if c["predicted_loss_delta_if_removed"] < 0 else "C2" for c in top])
     ax.set_yticks(range(len(top)), [_plain(f"{c['id']}: {str(c['label'])[:40]}") for c in top]); ax.invert_yaxis(); ax.axvline(0, color="k", lw=0.8)
-    ax.set_xlabel("predicted query-loss change if removed (negative = removing helps)"); ax.set_title("Cluster effects")
-    fig.tight_layout(); fig.savefig(folder/"figures"/"cluster_effects.png", dpi=110); plt.close(fig)
-    return "figures/cluster_effects.png"
+    ax.set_xlabel("predicted query-loss change if removed\n(negative = removing the cluster helps)"); ax.set_title("Cluster effects")
+    fig.tight_layout()
+    return fig
+
+def _fig_clusters(r:Report, folder:Path) -> str:
+    "Draw the cluster figure into figures/cluster_effects.png."
+    return _save_fig(_draw_clusters(r), folder, "cluster_effects.png")
 
 # %% ../nbs/16_report.ipynb #f7e236ec
 def save_figures(r:Report, folder) -> list[str]:
@@ -330,9 +361,10 @@ def _publish(stage:Path, folder:Path, seal:dict) -> None:
 # %% ../nbs/16_report.ipynb #7e5c66f8
 REPORT_SEAL = "report.sha256.json"
 
-def save(self:Report, folder) -> Path:
+def save(self:Report, folder, extra:Sequence[Callable]=()) -> Path:
     """Validate, then write report.json, report.md, manifest.json and figures/ into `folder` as one set: all staged in a
-    temporary folder first, moved in with report.json last, then sealed by `report.sha256.json` (each file's sha256)."""
+    temporary folder first, moved in with report.json last, then sealed by `report.sha256.json` (each file's sha256).
+    Each of `extra` is called as `f(report, staging_folder)` after the rest is staged, to add files of its own (e.g. report.html)."""
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
     d = self.to_json(); validate_report(d)
     stage = Path(tempfile.mkdtemp(dir=folder, prefix=".report-staging-"))
@@ -341,6 +373,7 @@ def save(self:Report, folder) -> Path:
         md = self.to_markdown() + ("\n## Figures\n\n" + "\n".join(f"![{Path(f).stem}]({f})" for f in figs) + "\n" if figs else "")
         write_json(stage/"report.json", d); atomic_write(stage/"report.md", md)
         write_json(stage/"manifest.json", self.provenance.get("manifest", {}))
+        for f in extra: f(self, stage)
         seal = {p.relative_to(stage).as_posix(): hash_file(p, n=64) for p in sorted(stage.rglob("*")) if p.is_file()}
         _publish(stage, folder, seal)
     finally: shutil.rmtree(stage, ignore_errors=True)

