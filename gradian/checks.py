@@ -6,7 +6,7 @@ Docs: https://gradian-dev.github.io/gradian/checks.html.md"""
 
 # %% ../nbs/03_checks.ipynb #ad6b6118
 from __future__ import annotations
-import math
+import dataclasses, math, re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,12 +15,13 @@ from typing import Any, Callable
 import numpy as np
 
 from .core import Finding, GradianError, sort_findings, stable_hash
-from .data import Example, TokenizedExample, load_train, tokenize_examples, length_facts
+from .data import Example, TokenizedExample, load_train, tokenize_example, tokenize_examples, length_facts, _bar
 
 # %% auto #0
 __all__ = ['CHECKS', 'TRUNCATION_SHARE', 'CHAT_MARKERS', 'register_check', 'CheckContext', 'run_checks', 'check_data',
-           'check_no_chat_template', 'check_completion_truncated', 'check_max_seq_length', 'check_double_bos',
-           'check_empty_completion', 'check_duplicates', 'check_conflicting', 'chat_markers', 'check_control_tokens']
+           'check_no_examples', 'check_no_chat_template', 'check_completion_truncated', 'check_max_seq_length',
+           'check_double_bos', 'check_empty_completion', 'check_duplicates', 'check_conflicting', 'chat_markers',
+           'check_control_tokens']
 
 # %% ../nbs/03_checks.ipynb #0645f6df
 CHECKS: dict[str, Callable] = {}
@@ -69,11 +70,26 @@ def run_checks(ctx:CheckContext, only=None) -> list[Finding]:
     return sort_findings(out)
 
 # %% ../nbs/03_checks.ipynb #d72fa3ea
-def check_data(source, tokenizer=None, max_seq_length:int|None=None, split:str|None=None) -> list[Finding]:
-    "Load training data (path, dataset or rows), tokenize it when a tokenizer object is given, run all checks."
+def _counts_only(t:TokenizedExample) -> TokenizedExample:
+    "`t` without its token ids and mask: what the checks read, at a fraction of the memory."
+    return dataclasses.replace(t, input_ids=[], supervised=[])
+
+def check_data(source, tokenizer=None, max_seq_length:int|None=None, split:str|None=None, progress:bool=False) -> list[Finding]:
+    "Load training data (path, datasets folder or split, or rows), tokenize it when a tokenizer object is given, run all checks."
     if isinstance(tokenizer, (str, Path)):
         raise GradianError(f"check_data takes a loaded tokenizer, not the reference {str(tokenizer)!r}", fix="pass gradian.model.core.load_tokenizer(ref)")
-    return run_checks(CheckContext(load_train(source, split), tokenizer=tokenizer, max_seq_length=max_seq_length))
+    ctx = CheckContext(load_train(source, split, progress=progress, allow_empty=True), tokenizer=tokenizer, max_seq_length=max_seq_length)
+    if tokenizer is not None and ctx.examples:
+        ctx.tokenized = [_counts_only(tokenize_example(e, tokenizer, max_seq_length))
+                         for e in _bar("tokenizing", progress, len(ctx.examples), " ex", iterable=ctx.examples)]
+    return run_checks(ctx)
+
+# %% ../nbs/03_checks.ipynb #ae9af674
+@register_check("data.no_examples", "error", "the training data holds no rows")
+def check_no_examples(ctx:CheckContext) -> list[Finding]:
+    if ctx.examples: return []
+    return [_finding("data.no_examples", "the training data holds no rows (an empty file, only blank lines, or an empty split), so there is nothing to train on or check.",
+                     fix="point the data at a JSONL file with one row per line")]
 
 # %% ../nbs/03_checks.ipynb #c14bf3f3
 @register_check("data.no_chat_template", "warning", "the tokenizer has no chat template, so whole sequences are supervised", needs_tokens=True)
@@ -81,7 +97,7 @@ def check_no_chat_template(ctx:CheckContext) -> list[Finding]:
     ids = [t.id for t in ctx.tokenized if not t.has_chat_template]
     if not ids: return []
     return [_finding("data.no_chat_template", f"the tokenizer has no chat template: all tokens of {_n(len(ids), 'example')}, prompts included, are supervised.",
-                     ids, fix="use the -Instruct variant of the model, or set tokenizer.chat_template before training",
+                     ids, fix="use the -Instruct variant of the model, or give the tokenizer a chat template (tokenizer.chat_template = ...; save_pretrained into the model folder)",
                      n_supervised_tokens=sum(t.n_supervised_full for t in ctx.tokenized if not t.has_chat_template))]
 
 # %% ../nbs/03_checks.ipynb #c4a4d2fc
@@ -167,23 +183,24 @@ def check_conflicting(ctx:CheckContext) -> list[Finding]:
 
 # %% ../nbs/03_checks.ipynb #85988020
 CHAT_MARKERS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>",
-                "<|begin_of_text|>", "<|end_of_text|>", "[INST]", "[/INST]")
+                "<|begin_of_text|>", "<|end_of_text|>", "[INST]", "[/INST]", "<start_of_turn>", "<end_of_turn>")
 
 def chat_markers(tokenizer=None) -> set:
-    "Control strings to look for in content: the common chat markers, and the tokenizer's `<|...|>` specials and BOS/EOS."
-    sp = set(getattr(tokenizer, "all_special_tokens", None) or []) if tokenizer is not None else set()
-    own = {t for t in sp if t.startswith("<|") and t.endswith("|>")}
-    ends = {getattr(tokenizer, a, None) for a in ("bos_token", "eos_token")} if tokenizer is not None else set()
-    return set(CHAT_MARKERS) | own | {t for t in ends if isinstance(t, str) and len(t) > 4}
+    "Control strings to look for in content: the common chat markers, and every special token of the tokenizer longer than 4 characters."
+    if tokenizer is None: return set(CHAT_MARKERS)
+    sp = set(getattr(tokenizer, "all_special_tokens", None) or [])
+    sp |= {getattr(t, "content", None) for t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values() if getattr(t, "special", False)}
+    sp |= {getattr(tokenizer, a, None) for a in ("bos_token", "eos_token")}
+    return set(CHAT_MARKERS) | {t for t in sp if isinstance(t, str) and len(t) > 4}
 
 # %% ../nbs/03_checks.ipynb #c6bca624
 @register_check("data.control_tokens_in_content", "error", "chat control tokens appear inside message content")
 def check_control_tokens(ctx:CheckContext) -> list[Finding]:
-    marks = chat_markers(ctx.tokenizer)
-    hits = {e.id: sorted({t for m in e.messages for t in marks if t in m["content"]}) for e in ctx.examples}
+    pat = re.compile("|".join(map(re.escape, sorted(chat_markers(ctx.tokenizer), key=len, reverse=True))))
+    hits = {e.id: sorted({t for m in e.messages for t in pat.findall(m["content"])}) for e in ctx.examples}
     hits = {k: v for k, v in hits.items() if v}
     if not hits: return []
     found = sorted({t for v in hits.values() for t in v})
-    return [_finding("data.control_tokens_in_content", f"{_n(len(hits), 'example')} hold chat control tokens inside a message ({', '.join(found)}), "
-                     "so the chat template marks turn boundaries that are not there.", list(hits), fix="remove those strings from the data, or escape them",
-                     tokens=found)]
+    return [_finding("data.control_tokens_in_content", f"{_n(len(hits), 'example')} with chat control tokens inside a message ({', '.join(found[:10])}), "
+                     "which the tokenizer encodes as control tokens, so the model is trained on turn boundaries and specials that are not there.",
+                     list(hits), fix="remove those strings from the data, or escape them", tokens=found)]

@@ -14,9 +14,9 @@ from .core import GradianError, format_findings
 from .config import load_config, format_config_help
 
 # %% auto #0
-__all__ = ['COMMANDS', 'TRAIN_HELP', 'INDEX_FLAGS', 'ANALYZE_FLAGS', 'command', 'cmd_doctor', 'cmd_check', 'add_train_args',
-           'cmd_train', 'apply_flags', 'add_index_flags', 'cmd_index', 'cmd_show_index', 'cmd_analyze', 'cmd_demo',
-           'build_parser', 'main']
+__all__ = ['COMMANDS', 'NONE', 'TRAIN_HELP', 'INDEX_FLAGS', 'ANALYZE_FLAGS', 'command', 'config_type', 'cmd_doctor', 'cmd_check',
+           'add_train_args', 'cmd_train', 'apply_flags', 'add_index_flags', 'cmd_index', 'cmd_show_index',
+           'cmd_analyze', 'cmd_demo', 'build_parser', 'main']
 
 # %% ../nbs/18_cli.ipynb #5b6526ac
 COMMANDS = {}
@@ -25,6 +25,22 @@ def command(name:str, help:str):
     "Register `fn(args, cfg) -> int` as sub-command `name`; `fn.add_args(parser)` declares its flags."
     def deco(fn): COMMANDS[name] = (fn, help); return fn
     return deco
+
+# %% ../nbs/18_cli.ipynb #79fc2776
+class _NoneValue:
+    "The value of a flag given as 'none' (as opposed to a flag not given at all, which is None)."
+    def __repr__(self): return "NONE"
+NONE = _NoneValue()
+
+def config_type(key:str, none_words=("none", "null")):
+    "An argparse `type` for a flag that sets config key `key`: the text checked (and read as a number) like the key."
+    from gradian.config import check_key
+    def parse(s:str):
+        try: v = check_key(key, None if s.strip().lower() in none_words else s)
+        except GradianError as e: raise argparse.ArgumentTypeError(e.problem + (f" ({e.fix})" if e.fix else "")) from None
+        return NONE if v is None else v
+    parse.__name__ = key
+    return parse
 
 # %% ../nbs/18_cli.ipynb #e6f5c49e
 def _common(p):
@@ -46,12 +62,13 @@ cmd_doctor.add_args = _doctor_args
 
 # %% ../nbs/18_cli.ipynb #37dd39fd
 def _check_args(p):
-    p.add_argument("--data", metavar="JSONL", help="training data: a JSONL file (or set data.train)")
+    p.add_argument("--data", metavar="PATH", help="training data: a JSONL file or a HF datasets folder (or set data.train)")
     p.add_argument("--model", metavar="M", help="model whose tokenizer and chat template training uses: HF id, folder, .gguf or 'embedded'")
-    p.add_argument("--max-seq-length", type=int, metavar="N", help="token budget of training (default: data.max_seq_length)")
+    p.add_argument("--max-seq-length", type=config_type("data.max_seq_length"), metavar="N", help="token budget of training (default: data.max_seq_length)")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="never",
                    help="exit 1 when a finding at this severity or worse exists (default: never)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (shown on stderr for inputs that take over a second)")
 
 # %% ../nbs/18_cli.ipynb #48a6e6d6
 def _model_ref(args, cfg):
@@ -61,18 +78,20 @@ def _model_ref(args, cfg):
     return None if cfg.model.name_or_path == ModelConfig().name_or_path else cfg.model.name_or_path
 
 # %% ../nbs/18_cli.ipynb #1a95ce91
-@command("check", "pre-flight: mechanical checks of training data (truncation, chat template, duplicates, conflicts, BOS)")
+@command("check", "pre-flight: mechanical checks of training data (truncation, chat template, duplicates, conflicts, BOS, control tokens)")
 def cmd_check(args, cfg) -> int:
     from gradian.checks import check_data
+    from gradian.config import set_key
     from gradian.core import SEVERITIES
     data = args.data or cfg.data.train
     if not data: raise GradianError("no training data given", fix="pass --data train.jsonl")
-    msl = args.max_seq_length if args.max_seq_length is not None else cfg.data.max_seq_length
+    if args.max_seq_length is not None: set_key(cfg, "data.max_seq_length", args.max_seq_length)
     ref = _model_ref(args, cfg)
     if ref is not None:
         from gradian.model.core import load_tokenizer
         ref = load_tokenizer(ref)
-    findings = check_data(data, ref, max_seq_length=msl, split=cfg.data.split if Path(data).is_dir() else None)
+    findings = check_data(data, ref, max_seq_length=cfg.data.max_seq_length, split=cfg.data.split if Path(data).is_dir() else None,
+                          progress=not getattr(args, "no_progress", False))
     print(json.dumps([f.to_dict() for f in findings], indent=2, default=str) if args.json else format_findings(findings))
     if args.fail_on == "never": return 0
     worst = SEVERITIES.index(args.fail_on)
@@ -92,24 +111,25 @@ _TRAIN_FLAGS = {  # flag dest -> config key
 
 # %% ../nbs/18_cli.ipynb #44079be9
 def add_train_args(p:argparse.ArgumentParser):
-    "Declare the `gradian train` flags on parser `p` (each defaults to the config value)."
+    "Declare the `gradian train` flags on parser `p` (each defaults to the config value; numbers are checked like their config keys)."
     a = p.add_argument
+    t = lambda dest: config_type(_TRAIN_FLAGS[dest])
     from gradian.model.backends import BACKENDS
     a("--backend", metavar="NAME", help=f"training backend: {', '.join(BACKENDS)} (default: training.backend)")
     a("--model", metavar="M", help="base model: HF id, folder, .gguf or 'embedded' (default: model.name_or_path)")
-    a("--data", metavar="JSONL", help="training data (default: data.train)")
+    a("--data", metavar="PATH", help="training data: a JSONL file or a HF datasets folder (default: data.train)")
     a("--out", metavar="DIR", help="adapter folder to write (default: training.out)")
-    a("--max-seq-length", type=int, metavar="N", help="token budget per example (default: data.max_seq_length)")
-    a("--epochs", type=float, help="training epochs (default: training.epochs)")
-    a("--max-steps", type=int, metavar="N", help="stop after N optimizer steps, overriding --epochs")
-    a("--lr", type=float, help="learning rate (default: training.lr)")
-    a("--batch-size", type=int, metavar="N", help="examples per optimizer step (default: training.batch_size)")
-    a("--r", type=int, help="LoRA rank (default: training.r)")
-    a("--alpha", type=int, help="LoRA alpha (default: training.alpha)")
-    a("--dropout", type=float, help="LoRA dropout (default: training.dropout)")
+    a("--max-seq-length", type=t("max_seq_length"), metavar="N", help="token budget per example (default: data.max_seq_length)")
+    a("--epochs", type=t("epochs"), help="training epochs (default: training.epochs)")
+    a("--max-steps", type=t("max_steps"), metavar="N", help="stop after N optimizer steps, overriding --epochs")
+    a("--lr", type=t("lr"), help="learning rate (default: training.lr)")
+    a("--batch-size", type=t("batch_size"), metavar="N", help="examples per optimizer step (default: training.batch_size)")
+    a("--r", type=t("r"), help="LoRA rank (default: training.r)")
+    a("--alpha", type=t("alpha"), help="LoRA alpha (default: training.alpha)")
+    a("--dropout", type=t("dropout"), help="LoRA dropout (default: training.dropout)")
     a("--target-modules", metavar="A,B", help="comma-separated module names to adapt (default: training.target_modules)")
-    a("--seed", type=int, help="training seed (default: training.seed)")
-    a("--logging-steps", type=int, metavar="N", help="steps between printed losses (default: training.logging_steps)")
+    a("--seed", type=t("seed"), help="training seed (default: training.seed)")
+    a("--logging-steps", type=t("logging_steps"), metavar="N", help="steps between printed losses (default: training.logging_steps)")
     a("--overwrite", action="store_true", help="replace an existing --out folder")
     a("--no-progress", action="store_true", help="no progress bar (the loss lines are still printed)")
 
@@ -123,7 +143,7 @@ def cmd_train(args, cfg) -> int:
     if getattr(args, "backend", None): get_backend(args.backend)      # unknown name: the registry's error
     for dest, key in _TRAIN_FLAGS.items():
         v = getattr(args, dest, None)
-        if v is not None: set_key(cfg, key, v)
+        if v is not None: set_key(cfg, key, None if v is NONE else v)
     if not cfg.data.train: raise GradianError("no training data given", fix="pass --data train.jsonl (or set data.train)")
     if not cfg.training.out: raise GradianError("no output folder given", fix="pass --out DIR (or set training.out)")
     data = cfg.data.train
@@ -133,11 +153,6 @@ def cmd_train(args, cfg) -> int:
     return 0
 cmd_train.add_args = add_train_args
 
-# %% ../nbs/18_cli.ipynb #a3afc576
-def _opt_int(v:str):
-    "An int, or None for 'none'/'exact' (as for --projection-dim none)."
-    return None if str(v).lower() in ("none", "exact", "null") else int(v)
-
 # %% ../nbs/18_cli.ipynb #87acb760
 INDEX_FLAGS = {"module_filter": "index.module_filter", "projection_dim": "index.projection_dim", "projection_seed": "index.projection_seed",
                "projection_kind": "index.projection_kind", "fp16_store": "index.fp16_store", "grad_batch_size": "index.grad_batch_size",
@@ -145,23 +160,24 @@ INDEX_FLAGS = {"module_filter": "index.module_filter", "projection_dim": "index.
                "adapter": "model.adapter", "data": "data.train", "out": "index.out"}
 
 def apply_flags(cfg, args, flags:dict):
-    "Copy every flag the user gave (not None / not False) onto its config key, with the config's type checks."
+    "Copy every flag the user gave (not None / not False) onto its config key, with the config's checks; `NONE` sets None."
     from gradian.config import set_key
     for attr, key in flags.items():
         v = getattr(args, attr, None)
-        if v is not None and v is not False: set_key(cfg, key, v)
+        if v is not None and v is not False: set_key(cfg, key, None if v is NONE else v)
     return cfg
 
 # %% ../nbs/18_cli.ipynb #8e04b753
 def add_index_flags(p):
-    "The index flags shared by `gradian index` and `gradian analyze`."
+    "The index flags shared by `gradian index` and `gradian analyze` (numbers checked like their config keys)."
+    t = lambda dest, *a: config_type(INDEX_FLAGS[dest], *a)
     p.add_argument("--module-filter", metavar="REGEX", help="index only LoRA modules whose name matches, e.g. down_proj")
-    p.add_argument("--projection-dim", type=_opt_int, metavar="K", help="JL projection dimension per block, or 'none' for exact gradients")
-    p.add_argument("--projection-seed", type=int, metavar="S"); p.add_argument("--projection-kind", choices=("sjlt", "rademacher", "gaussian"))
+    p.add_argument("--projection-dim", type=t("projection_dim", ("none", "exact", "null")), metavar="K", help="JL projection dimension per block, or 'none' for exact gradients")
+    p.add_argument("--projection-seed", type=t("projection_seed"), metavar="S"); p.add_argument("--projection-kind", choices=("sjlt", "rademacher", "gaussian"))
     p.add_argument("--fp16-store", action="store_true", default=None, help="store gradients as float16")
-    p.add_argument("--grad-batch-size", type=int, metavar="B", help="examples per batched forward+backward (lower it on out-of-memory)")
-    p.add_argument("--max-seq-length", type=int, metavar="N", help="token budget per example")
-    p.add_argument("--shard-size", type=int, metavar="N", help="examples per shard file (default: about 256 MB per shard)")
+    p.add_argument("--grad-batch-size", type=t("grad_batch_size"), metavar="B", help="examples per batched forward+backward (lower it on out-of-memory)")
+    p.add_argument("--max-seq-length", type=t("max_seq_length"), metavar="N", help="token budget per example")
+    p.add_argument("--shard-size", type=t("shard_size"), metavar="N", help="examples per shard file (default: about 256 MB per shard)")
 
 # %% ../nbs/18_cli.ipynb #9a6d41e8
 def _index_args(p):
@@ -235,7 +251,7 @@ cmd_analyze.add_args = _analyze_args
 def _demo_args(p):
     p.add_argument("--out", metavar="DIR", default="gradian-demo", help="folder for the data, adapter and report (default: gradian-demo)")
     p.add_argument("--family", default="capital", choices=("capital", "opposite", "language", "plural"), help="fact family to plant wrong answers in")
-    p.add_argument("--seed", type=int, default=0, help="scenario and training seed")
+    p.add_argument("--seed", type=config_type("training.seed"), default=0, help="scenario and training seed")
     p.add_argument("--truncate-planted", action="store_true", help="also make the planted answers run past max_seq_length (a mechanical defect)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 

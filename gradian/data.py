@@ -6,19 +6,19 @@ Docs: https://gradian-dev.github.io/gradian/data.html.md"""
 
 # %% ../nbs/02_data.ipynb #621ed918
 from __future__ import annotations
-import json
+import json, math, re, sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from .core import DataError, GradianError
 
 # %% auto #0
-__all__ = ['ROLES', 'FORMATS_HELP', 'METRICS', 'END_OF_TURN', 'Example', 'row_to_messages', 'load_train', 'EvalItem', 'load_eval',
-           'TokenizedExample', 'assistant_segments', 'tokenize_example', 'tokenize_examples', 'span_token_masks',
-           'length_facts']
+__all__ = ['ROLES', 'FORMATS_HELP', 'MAX_DEPTH', 'ID_FIX', 'METRICS', 'END_OF_TURN', 'Example', 'row_to_messages', 'utf8_fix',
+           'decode_line', 'iter_train', 'load_train', 'EvalItem', 'load_eval', 'TokenizedExample', 'assistant_segments',
+           'tokenize_example', 'tokenize_examples', 'span_token_masks', 'length_facts']
 
 # %% ../nbs/02_data.ipynb #8afc3995
 ROLES = ("system", "user", "assistant", "tool")
@@ -39,6 +39,12 @@ class Example:
         "The non-assistant messages: what the model is asked."
         return [m for m in self.messages if m["role"] != "assistant"]
 
+# %% ../nbs/02_data.ipynb #00a00c43
+def _short(v, n:int=60) -> str:
+    "`repr(v)`, cut to `n` characters: an error about a huge or odd value stays one readable line."
+    r = repr(v)
+    return r if len(r) <= n else r[:n - 4] + "...'"
+
 # %% ../nbs/02_data.ipynb #a8e28fa0
 FORMATS_HELP = ('one of {"messages": [{"role": "user", "content": ...}, {"role": "assistant", "content": ...}]}, '
                 '{"prompt": ..., "completion": ...} or {"instruction": ..., "input": ..., "output": ...}')
@@ -50,7 +56,8 @@ def _check_messages(msgs, where:dict, fld:str="messages") -> list:
     for i, m in enumerate(msgs):
         f = f"{fld}[{i}]"
         if not isinstance(m, dict): raise DataError(f"expected a message object, got {type(m).__name__}", field=f, **where, fix='write each message as {"role": ..., "content": ...}')
-        if m.get("role") not in ROLES: raise DataError(f"role must be one of {', '.join(ROLES)}, got {m.get('role')!r}", field=f"{f}.role", **where, fix="use a standard chat role")
+        if not isinstance(m.get("role"), str) or m["role"] not in ROLES:
+            raise DataError(f"role must be one of {', '.join(ROLES)}, got {_short(m.get('role'))}", field=f"{f}.role", **where, fix="use a standard chat role")
         if "content" not in m: raise DataError("message has no 'content'", field=f, **where, fix='add "content": "<text>"')
         if not isinstance(m["content"], str): raise DataError(f"content must be a string, got {type(m['content']).__name__}", field=f"{f}.content", **where, fix="store the message text as a string")
         out.append({"role": m["role"], "content": m["content"]})
@@ -80,60 +87,151 @@ def row_to_messages(row, where:dict) -> list:
         msgs = _as_turns(row["prompt"], "user", "prompt", where) + _as_turns(row["completion"], "assistant", "completion", where)
     elif "instruction" in row and "output" in row: msgs = _alpaca_messages(row, where)
     else:
-        raise DataError(f"unknown row format (keys: {', '.join(map(str, row)) or 'none'})", **where, fix=f"write the row as {FORMATS_HELP}")
+        keys = ", ".join(str(k)[:30] for k in list(row)[:8]) + (f" and {len(row) - 8} more" if len(row) > 8 else "")
+        raise DataError(f"unknown row format (keys: {keys or 'none'})", **where, fix=f"write the row as {FORMATS_HELP}")
     if not any(m["role"] == "assistant" for m in msgs):
         raise DataError("row has no assistant turn", field="messages", **where, fix='add {"role": "assistant", "content": "<the answer to train on>"}')
     return msgs
 
+# %% ../nbs/02_data.ipynb #8b9793ef
+def utf8_fix(path, encoding:str="cp1252") -> str:
+    "How to re-save `path` (believed to be in `encoding`) as UTF-8."
+    p = Path(path)
+    return f"re-save the file as UTF-8, e.g. `iconv -f {encoding} -t utf-8 {p.name} > {p.stem}.utf8{p.suffix}` (or 'Save as: UTF-8' in your editor)"
+
+def decode_line(raw:bytes, path, line:int) -> str:
+    "Line `line` (1-based) of a text file as str: UTF-8 with an optional BOM on line 1; anything else is a DataError naming the line."
+    if line == 1 and raw.startswith(b"\xef\xbb\xbf"): raw = raw[3:]
+    if b"\x00" in raw or (line == 1 and raw[:2] in (b"\xff\xfe", b"\xfe\xff")):
+        raise DataError("the file is not UTF-8: it holds NUL bytes or a UTF-16 byte-order mark (UTF-16 or UTF-32 text, or a binary file)",
+                        path=str(path), line=line, fix=utf8_fix(path, "utf-16"))
+    try: return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        col = len(raw[:e.start].decode("utf-8", "replace")) + 1
+        raise DataError(f"the file is not UTF-8: byte 0x{raw[e.start]:02x} at column {col} is not valid UTF-8 (a latin-1 or cp1252 export?)",
+                        path=str(path), line=line, fix=utf8_fix(path)) from None
+
+# %% ../nbs/02_data.ipynb #1e33cb44
+MAX_DEPTH = 100
+
+def _unusable(obj) -> tuple[str, str, str]|None:
+    "(field, problem, fix) for the first lone surrogate or too-deep nesting in a parsed row; None when it is fine."
+    stack = [(obj, "", 0)]
+    while stack:
+        o, path, depth = stack.pop()
+        if depth > MAX_DEPTH: return path, f"nested more than {MAX_DEPTH} levels deep", "flatten the row: a row is an object of strings and message lists"
+        if isinstance(o, str):
+            try: o.encode("utf-8")
+            except UnicodeEncodeError as e:
+                return path, f"a lone surrogate {o[e.start]!r} at character {e.start + 1} is not text", "fix the \\uD800-\\uDFFF escape: it must be half of a surrogate pair, or be removed"
+        elif isinstance(o, dict):
+            for k, v in reversed(list(o.items())):
+                stack += [(v, f"{path}.{k}" if path else str(k), depth + 1), (k, path or "<key>", depth + 1)]
+        elif isinstance(o, list): stack += [(v, f"{path}[{i}]", depth + 1) for i, v in reversed(list(enumerate(o)))]
+    return None
+
 # %% ../nbs/02_data.ipynb #7054128c
-def _iter_jsonl(path:Path):
+_RISKY = re.compile(rb"\\u[dD][89a-fA-F]")     # a surrogate escape somewhere in the raw line
+
+def _parse_line(text:str, raw:bytes, path, n:int):
+    w = dict(path=str(path), line=n)
+    fix = "each line must hold exactly one complete JSON object"
+    try: obj = json.loads(text)
+    except json.JSONDecodeError as e: raise DataError(f"invalid JSON: {e.msg} (column {e.colno})", **w, fix=fix) from None
+    except RecursionError: raise DataError("invalid JSON: nested too deeply to parse", **w, fix=fix) from None
+    except ValueError as e: raise DataError(f"invalid JSON: {e}", **w, fix=fix) from None      # e.g. an integer of 5,000 digits
+    if _RISKY.search(raw) or raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+        if bad := _unusable(obj): raise DataError(bad[1], field=bad[0] or None, **w, fix=bad[2])
+    return obj
+
+def _bar(desc:str, progress:bool, total=None, unit:str="it", **kw):
+    "A tqdm progress bar on stderr, shown only when `progress` and after the first second (a no-op object otherwise)."
+    from tqdm.auto import tqdm
+    return tqdm(total=total, desc=desc, unit=unit, disable=not progress, delay=1, file=sys.stderr, dynamic_ncols=True, **kw)
+
+def _iter_jsonl(path:Path, progress:bool=False) -> Iterator[tuple[int, Any]]:
+    "(line number, parsed row) of every non-blank line, read and decoded one line at a time."
+    if path.is_dir(): raise GradianError(f"expected a JSONL file, got the folder {path}", fix="pass the .jsonl file itself")
     if not path.is_file(): raise GradianError(f"data file not found: {path}", fix="check the path")
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip(): continue
-            try: yield n, json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"invalid JSON: {e.msg} (column {e.colno})", path=str(path), line=n,
-                                fix="each line must hold exactly one complete JSON object") from None
+    with open(path, "rb") as f, _bar(f"reading {path.name}", progress, path.stat().st_size, "B", unit_scale=True) as bar:
+        for n, raw in enumerate(f, 1):
+            bar.update(len(raw))
+            text = decode_line(raw, path, n)
+            if text.strip(): yield n, _parse_line(text, raw, path, n)
 
 # %% ../nbs/02_data.ipynb #bd617491
-def _rows(source, split=None):
-    "Yield (position, row, where, source label) from a path, a datasets split/dict, or a list of dicts."
+def _dataset_folder(p:Path):
+    "A HF datasets folder (save_to_disk) as a Dataset or DatasetDict."
+    try: import datasets
+    except ImportError: raise GradianError(f"{p} is a folder: reading a HF datasets folder needs the `datasets` package", fix="pip install datasets, or pass a JSONL file") from None
+    try: return datasets.load_from_disk(str(p))
+    except Exception as e:
+        raise GradianError(f"{p} is a folder but not a HF datasets folder ({type(e).__name__}: {str(e)[:200]})",
+                           fix="pass a JSONL file, or a folder written by Dataset.save_to_disk / DatasetDict.save_to_disk") from None
+
+def _rows(source, split=None, progress:bool=False):
+    "Yield (position, row, where, source label) from a JSONL path, a datasets folder, split or dict, or a list of dicts."
+    label = "dataset"
     if isinstance(source, (str, Path)):
         p = Path(source)
-        for n, row in _iter_jsonl(p): yield n, row, dict(path=str(p), line=n), str(p)
-        return
+        if not p.is_dir():
+            for n, row in _iter_jsonl(p, progress): yield n, row, dict(path=str(p), line=n), str(p)
+            return
+        source, label = _dataset_folder(p), str(p)
     if isinstance(source, dict):  # a DatasetDict (a dict of splits)
         names = list(source.keys())
         if split is None: split = "train" if "train" in names else (names[0] if len(names) == 1 else None)
-        if split not in names: raise GradianError(f"dataset has splits {names}; which one?", fix="pass split=<name>")
+        if split not in names: raise GradianError(f"{label} has splits {names}; which one?", fix="pass split=<name> (on the command line: data.split=<name>)")
         source = source[split]
-    label = f"dataset[{split}]" if split else "dataset"
-    for i, row in enumerate(source):
+    label = f"{label}[{split}]" if split else label
+    plain = isinstance(source, (list, tuple))
+    for i, row in enumerate(_bar(f"reading {label}", progress, len(source) if hasattr(source, "__len__") else None, " rows", iterable=source)):
         if isinstance(row, dict): row = {k: v for k, v in row.items() if v is not None}  # arrow fills absent columns with None
-        yield i, row, dict(path=f"{label} row {i}", line=None), label
+        where = dict(path=f"{label} row {i}", line=None)
+        if plain and (bad := _unusable(row)):
+            e = DataError(bad[1], field=bad[0] or None, path=where["path"], fix=bad[2]); e.line = i; raise e
+        yield i, row, where, label
 
 # %% ../nbs/02_data.ipynb #271b7dd7
 def _located(e:DataError, line):
     if e.line is None: e.line = line
     return e
 
+# %% ../nbs/02_data.ipynb #1e624ce0
+ID_FIX = 'write "id": "<unique name>" (or a whole number), or leave the id out to use the row number'
+
+def _row_id(row:dict, pos, where:dict) -> str:
+    "The id of a row: its own `id` (a non-empty string or an integer), else `row-<position>`."
+    v = row.get("id")
+    if v is None: return f"row-{pos}"
+    if isinstance(v, bool) or not isinstance(v, (str, int)) or (isinstance(v, str) and not v.strip()):
+        raise DataError(f"id must be a non-empty string or an integer, got {_short(v)} ({type(v).__name__})", field="id", **where, fix=ID_FIX)
+    return str(v)
+
 # %% ../nbs/02_data.ipynb #56f29565
-def load_train(source, split:str|None=None) -> list[Example]:
-    "Load training rows (JSONL path, HF dataset split, or list of dicts) as validated `Example`s."
-    out, seen = [], {}
-    for pos, row, where, src in _rows(source, split):
+def iter_train(source, split:str|None=None, progress:bool=False) -> Iterator[Example]:
+    "Validated `Example`s one at a time from a JSONL path, a HF datasets folder, split or DatasetDict, or a list of dicts."
+    seen = {}
+    for pos, row, where, src in _rows(source, split, progress):
         try:
             msgs = row_to_messages(row, where)
             meta = row.get("meta", {}) or {}
             if not isinstance(meta, dict): raise DataError(f"expected an object, got {type(meta).__name__}", field="meta", **where, fix='write meta as {"key": value, ...}')
+            rid = _row_id(row, pos, where)
         except DataError as e: raise _located(e, pos) from None
-        rid = str(row["id"]) if row.get("id") is not None else f"row-{pos}"
         if rid in seen:
-            raise _located(DataError(f"duplicate id {rid!r} (first used at {seen[rid]})", field="id", **where,
+            raise _located(DataError(f"duplicate id {_short(rid)} (first used at {seen[rid]})", field="id", **where,
                                      fix="give every row a unique id, or drop the ids to use row numbers"), pos)
         seen[rid] = f"line {pos}" if where["line"] is not None else f"row {pos}"
-        out.append(Example(rid, msgs, meta=meta, source_path=src, source_line=pos))
+        yield Example(rid, msgs, meta=meta, source_path=src, source_line=pos)
+
+def load_train(source, split:str|None=None, progress:bool=False, allow_empty:bool=False) -> list[Example]:
+    "Load training rows (JSONL path, HF datasets folder or split, or list of dicts) as validated `Example`s; no rows is an error unless `allow_empty`."
+    out = list(iter_train(source, split, progress))
+    if not out and not allow_empty:
+        path = str(source) if isinstance(source, (str, Path)) else None
+        what = ("the folder's split is empty" if Path(path).is_dir() else "the file is empty or holds only blank lines") if path else "no rows were given"
+        raise DataError(f"no training rows: {what}", path=path, fix=f"give at least one row, each {FORMATS_HELP}")
     return out
 
 # %% ../nbs/02_data.ipynb #9094e9b2
@@ -151,14 +249,16 @@ class EvalItem:
     source_line: int|None = None
 
 # %% ../nbs/02_data.ipynb #9f59b257
+def _answer_ok(a) -> bool: return isinstance(a, str) or (isinstance(a, int) and not isinstance(a, bool)) or (isinstance(a, float) and math.isfinite(a))
+
 def _eval_answers(row:dict, w:dict) -> list:
-    "The accepted answers of an eval row, from `answers` (a non-empty list) or a single `answer`."
+    "The accepted answers of an eval row, from `answers` (a non-empty list) or a single `answer`: strings or finite numbers."
     if "answers" in row:
         ans = row["answers"]
-        if not isinstance(ans, list) or not ans or not all(isinstance(a, (str, int, float)) for a in ans):
+        if not isinstance(ans, list) or not ans or not all(_answer_ok(a) for a in ans):
             raise DataError("expected a non-empty list of strings", field="answers", **w, fix='write "answers": ["<answer>", ...]')
         return ans
-    if "answer" in row and isinstance(row["answer"], (str, int, float)): return [row["answer"]]
+    if "answer" in row and _answer_ok(row["answer"]): return [row["answer"]]
     raise DataError("missing answer", field="answer", **w, fix='add "answer": "<reference>" or "answers": [...]')
 
 # %% ../nbs/02_data.ipynb #382d4793
@@ -169,19 +269,21 @@ def _eval_item(row, n, path, default_metric:str="exact_match") -> EvalItem:
         raise DataError("missing or empty prompt", field="prompt", **w, fix='add "prompt": "<question>"')
     ans = _eval_answers(row, w)
     metric = row.get("metric") or default_metric
-    if metric not in METRICS: raise DataError(f"unknown metric {metric!r}", field="metric", **w, fix=f"use one of {', '.join(METRICS)}")
-    cap = row.get("capability") or "default"
-    rid = str(row["id"]) if row.get("id") is not None else f"row-{n}"
-    return EvalItem(rid, row["prompt"], [str(a) for a in ans], str(cap), metric, str(path), n)
+    if not isinstance(metric, str) or metric not in METRICS: raise DataError(f"unknown metric {_short(metric)}", field="metric", **w, fix=f"use one of {', '.join(METRICS)}")
+    cap = row.get("capability")
+    if cap is not None and (not isinstance(cap, str) or not cap.strip()):
+        raise DataError(f"capability must be a non-empty string, got {_short(cap)}", field="capability", **w, fix='write "capability": "<name>", or leave it out for "default"')
+    return EvalItem(_row_id(row, n, w), row["prompt"], [str(a) for a in ans], cap or "default", metric, str(path), n)
 
 # %% ../nbs/02_data.ipynb #08a96b4a
-def load_eval(path, default_metric:str|None=None) -> list[EvalItem]:
+def load_eval(path, default_metric:str|None=None, progress:bool=False) -> list[EvalItem]:
     "Load eval items from a JSONL file, validating every row; rows without a metric get `default_metric` (exact_match)."
     out, seen = [], {}
-    for n, row in _iter_jsonl(Path(path)):
+    for n, row in _iter_jsonl(Path(path), progress):
         it = _eval_item(row, n, path, default_metric or "exact_match")
-        if it.id in seen: raise DataError(f"duplicate id {it.id!r} (first used at line {seen[it.id]})", path=str(path), line=n, field="id", fix="give every item a unique id")
+        if it.id in seen: raise DataError(f"duplicate id {_short(it.id)} (first used at line {seen[it.id]})", path=str(path), line=n, field="id", fix="give every item a unique id")
         seen[it.id] = n; out.append(it)
+    if not out: raise DataError("no eval items: the file is empty or holds only blank lines", path=str(path), fix='write one JSON row per line: {"prompt": ..., "answer": ...}')
     return out
 
 # %% ../nbs/02_data.ipynb #85c0c0db
@@ -277,9 +379,10 @@ def tokenize_example(example:Example, tokenizer, max_seq_length:int|None=None) -
                             has_tpl, _leading(ids_t, tok.bos_token_id), n_bos_default, sup_end)
 
 # %% ../nbs/02_data.ipynb #e934e505
-def tokenize_examples(examples:Iterable[Example], tokenizer, max_seq_length:int|None=None) -> list[TokenizedExample]:
-    "`tokenize_example` over a dataset."
-    return [tokenize_example(e, tokenizer, max_seq_length) for e in examples]
+def tokenize_examples(examples:Iterable[Example], tokenizer, max_seq_length:int|None=None, progress:bool=False) -> list[TokenizedExample]:
+    "`tokenize_example` over a dataset (with a progress bar on stderr when `progress`)."
+    n = len(examples) if hasattr(examples, "__len__") else None
+    return [tokenize_example(e, tokenizer, max_seq_length) for e in _bar("tokenizing", progress, n, " ex", iterable=examples)]
 
 # %% ../nbs/02_data.ipynb #ee6e9c0f
 def span_token_masks(example:Example, tokenizer, spans:Sequence[tuple[int, int]], turn:int=-1,
