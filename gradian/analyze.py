@@ -22,7 +22,9 @@ from .provenance import data_fingerprint, model_fingerprint
 from .query.scorer import SIGN_CONVENTION
 from .cluster import _short_text, blamed_cluster
 from .report import Report
+from .report_html import write_html
 from .attribution import Attribution, Stages, attribute
+from .index import index_findings
 
 # %% auto #0
 __all__ = ['check_adapter_base', 'Analysis', 'analyze']
@@ -130,15 +132,15 @@ def analyze(model="embedded", adapter=None, train=None, eval=None, out=None, cfg
         refs = dict(model=base_prov["model"]["ref"], adapter=None if adapter is None else str(adapter), data=str(train))
         att = attribute(m, tok, examples, items, caps, gated, cfg, out=out, index=index, refs=refs, findings=findings, stages=st,
                         engine=engine, progress=progress)
-        findings = sort_findings(list(findings) + att.findings)
+        findings = sort_findings(list(findings) + att.findings + index_findings(att.index))    # + examples the index excluded (non-finite gradient)
     res = Analysis(None, out, caps, decisions, findings, att, st.timings)
     verdict, lead, lead_id = _lead(decisions, res.clusters, att.findings if att else [], cfg.cluster.alpha, int(att.accused.sum()) if att else None)
     with st("report", str(out)):
         rep = _report(res, verdict, lead, refused, base_prov, engine, examples)
-        rep.save(out)
+        rep.save(out, extra=(write_html,))
     res.report = rep
     log(f"[gradian] verdict: {verdict}. {lead['text']}")
-    log(f"[gradian] report: {out/'report.md'}")
+    log(f"[gradian] report: {out/'report.md'} (the page to share: {out/'report.html'})")
     return res
 
 # %% ../nbs/17_analyze.ipynb #3baf9451
@@ -146,7 +148,7 @@ def _report(res:Analysis, verdict:str, lead:dict, refused:list, base_prov:dict, 
     "The `Report` of an analysis."
     att, caps, decisions = res.attribution, res.capabilities, res.decisions
     sent = att.scores.engine.get("sentence_scored", []) if att else []         # long examples scored by their most harmful sentence
-    prov = dict(manifest={**(att.index.manifest if att else {}), "analysis": base_prov},
+    prov = dict(manifest={**({k: v for k, v in att.index.manifest.items() if k != "shards"} if att else {}), "analysis": base_prov},   # shard checksums stay in the index
                 engine={**engine.params(), **({"long_examples": "sentence", "sentence_scored": len(sent)} if sent else {})},
                 query_signal=att.signal if att else "none (nothing gated)", query_signal_why=att.signal_why if att else "",
                 sign_convention=SIGN_CONVENTION, timings=res.timings,

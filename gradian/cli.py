@@ -211,12 +211,13 @@ cmd_index.add_args = _index_args
 # %% ../nbs/18_cli.ipynb #090621ae
 def _show_args(p):
     p.add_argument("dir", metavar="DIR", help="index folder"); p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    p.add_argument("--verify", action="store_true", help="also check every shard file's sha256 against the manifest (reads the whole index)")
 
 # %% ../nbs/18_cli.ipynb #cf293cd5
 @command("show-index", "print what a gradient index holds: blocks, dims, dtype, counts, bytes, manifest")
 def cmd_show_index(args, cfg) -> int:
-    from gradian.index import GradientIndex, describe_index
-    idx = GradientIndex(args.dir)
+    from gradian.index import GradientIndex, describe_index, verify_index
+    idx = verify_index(args.dir, checksums=True) if args.verify else GradientIndex(args.dir)
     print(json.dumps(idx.manifest, indent=2) if args.json else describe_index(idx))
     return 0
 cmd_show_index.add_args = _show_args

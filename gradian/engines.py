@@ -65,7 +65,8 @@ def block_dots(G:torch.Tensor, Q:torch.Tensor, runs) -> torch.Tensor:
 def _example_scale(index:GradientIndex, normalize:str) -> np.ndarray:
     if normalize == "none": return np.ones(index.n, dtype=np.float32)
     norms = np.sqrt(index.block_sqnorms().sum(1))
-    return (1.0 / np.maximum(norms, 1e-30)).astype(np.float32)
+    with np.errstate(divide="ignore"):            # an all-zero row (an example the index excluded) keeps scale 0, not 1e30 (whose square overflows)
+        return np.where(norms > 0, 1.0 / norms, 0.0).astype(np.float32)
 
 # %% ../nbs/09_engines.ipynb #6c400161
 def stream_scores(index:GradientIndex, Qp:torch.Tensor, scale:np.ndarray, per_block:bool=False):

@@ -6,7 +6,8 @@ Docs: https://gradian-dev.github.io/gradian/index.html.md"""
 
 # %% ../nbs/08_index.ipynb #a571fd42
 from __future__ import annotations
-import json, math, os, shutil, sys, tempfile, time
+import errno, hashlib, json, math, os, shutil, sys, tempfile, time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -16,7 +17,7 @@ import torch
 
 from fastcore.basics import patch
 
-from .core import GradianError, write_json, atomic_write, library_versions
+from .core import Finding, GradianError, write_json, atomic_write, hash_file, library_versions, stable_hash, umask
 from .config import IndexConfig, section
 from .data import tokenize_examples
 from .grads.capture import GradientCapture, iter_batches
@@ -26,9 +27,10 @@ from .provenance import (FINGERPRINT_RULE, adapter_fingerprint, data_fingerprint
                                 model_fingerprint, require_same, template_fingerprint, tokenizer_fingerprint)
 
 # %% auto #0
-__all__ = ['INDEX_FORMAT', 'INDEX_VERSION', 'LOSS_RULE', 'QUERY_FIELDS', 'AUX_FIXED', 'SHARD_BYTES', 'INDEX_RESULT_FIELDS',
-           'auto_shard_size', 'index_manifest', 'GradientIndex', 'index_settings', 'block_sqnorms', 'build_index',
-           'as_float32', 'query_manifest', 'check_query_manifest', 'make_capture', 'settings_diff', 'describe_index']
+__all__ = ['INDEX_FORMAT', 'INDEX_VERSION', 'LOSS_RULE', 'QUERY_FIELDS', 'AUX_FIXED', 'SHARD_BYTES', 'INTEGRITY',
+           'INDEX_RESULT_FIELDS', 'auto_shard_size', 'index_manifest', 'GradientIndex', 'index_settings',
+           'block_sqnorms', 'build_index', 'index_problems', 'verify_index', 'index_findings', 'as_float32',
+           'query_manifest', 'check_query_manifest', 'make_capture', 'settings_diff', 'describe_index']
 
 # %% ../nbs/08_index.ipynb #99536ce1
 INDEX_FORMAT, INDEX_VERSION = "gradian-index", 1
@@ -36,6 +38,9 @@ LOSS_RULE = "mean next-token cross-entropy over the example's supervised (assist
 QUERY_FIELDS = ("model.fingerprint", "model_dtype", "adapter.fingerprint", "tokenizer.fingerprint", "module_filter", "blocks", "projection", "loss")
 AUX_FIXED = ("loss", "n_tokens", "n_supervised")
 SHARD_BYTES = 256 << 20
+INTEGRITY = dict(version=1, checksum="sha256",
+                 rule="ids_sha256: ids.json; shards.<i>: rows, bytes and sha256 of each file of shard i, recorded as the shard is written; "
+                      "manifest_sha256: the manifest without the refs, the shard records and itself")
 
 def auto_shard_size(dim:int, itemsize:int, batch_size:int, target:int=SHARD_BYTES) -> int:
     "Examples per shard: about `target` bytes of gradients, a multiple of the batch size (so resumed builds batch alike)."
@@ -58,6 +63,16 @@ def _adapter_settings(model) -> dict:
     return dict(r=cfg.r, alpha=cfg.lora_alpha, target_modules=sorted(tm) if isinstance(tm, (set, list)) else tm)
 
 # %% ../nbs/08_index.ipynb #80b8c4d3
+def _ids_bytes(ids) -> bytes: return (json.dumps(list(ids)) + "\n").encode()
+
+def _reproducibility(model) -> dict:
+    "Where the gradients were computed, and whether a rebuild there gives the same bytes."
+    dev = next(model.parameters()).device.type
+    return dict(device=dev, bit_reproducible=dev == "cpu",
+                note="the same inputs, settings, library versions and CPU give the same bytes" if dev == "cpu" else
+                     "the projection sums in a fixed order (no atomics), but the model's backward pass on this device runs kernels "
+                     "(cuBLAS, attention) that are not guaranteed to repeat bit for bit: a rebuild may differ in the last bits")
+
 def index_manifest(model, tokenizer, examples, capture:GradientCapture, settings:IndexConfig, *, max_seq_length:int|None,
                    shard_size:int, reps_dim:int, refs:dict|None=None) -> dict:
     "The manifest of an index built from these inputs and settings (no timestamps: equal inputs give equal manifests)."
@@ -71,19 +86,34 @@ def index_manifest(model, tokenizer, examples, capture:GradientCapture, settings
         adapter=dict(ref=refs.get("adapter"), fingerprint=adapter_fingerprint(model), **_adapter_settings(model)),
         tokenizer=dict(fingerprint=tokenizer_fingerprint(tokenizer), chat_template=template_fingerprint(tokenizer)),
         data=dict(ref=refs.get("data"), fingerprint=data_fingerprint(examples), n_examples=len(examples)),
+        ids_sha256=hashlib.sha256(_ids_bytes(e.id for e in examples)).hexdigest(),
         max_seq_length=max_seq_length, loss=LOSS_RULE, module_filter=st.module_filter,
         projection=dict(dim=st.projection_dim, seed=st.projection_seed, kind=st.projection_kind if st.projection_dim else None),
         blocks=_capture_layout(capture), dim=capture.dim, n_blocks=len(capture.blocks),
         store_dtype="float16" if st.fp16_store else "float32", reps_dim=reps_dim,
         shard_size=shard_size, n_shards=math.ceil(len(examples) / shard_size), grad_batch_size=st.grad_batch_size,
         batching=dict(padding_side="left", sort_by_length_within_shard=True),
+        integrity=INTEGRITY, reproducibility=_reproducibility(model),
         versions=library_versions())
+
+# %% ../nbs/08_index.ipynb #75384369
+_REFS, _BUILD_FIELDS = ("model", "adapter", "data"), ("shards", "manifest_sha256")
+
+def _static(man:dict) -> dict:
+    "The manifest without what a build adds as it goes (shard records, manifest_sha256) and without where inputs were read from (refs)."
+    out = {k: v for k, v in man.items() if k not in _BUILD_FIELDS}
+    for k in _REFS:
+        if isinstance(out.get(k), dict): out[k] = {f: v for f, v in out[k].items() if f != "ref"}
+    return out
+
+def _manifest_sha256(man:dict) -> str: return stable_hash(_static(man), n=64)
 
 # %% ../nbs/08_index.ipynb #d7f4ce46
 def _save_npy(path:Path, arr:np.ndarray):
     "np.save to a temp file in the same folder, fsync, rename: a reader sees the whole file or none."
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~umask())                          # what open() would give, not mkstemp's private 0600
         with os.fdopen(fd, "wb") as f:
             np.save(f, arr, allow_pickle=False); f.flush(); os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -92,19 +122,22 @@ def _save_npy(path:Path, arr:np.ndarray):
 
 # %% ../nbs/08_index.ipynb #987adb91
 class _RowWriter:
-    "A .npy file of shape (n, D) filled row by row at any position (pwrite), so no shard is held in memory; renamed into place by `close`."
+    "A .npy file of shape (n, D) filled row by row at any position (pwrite), so no shard is held in memory; renamed into place by `commit` (or `close`)."
     def __init__(self, path:Path, n:int, dim:int, dtype):
         self.path, self.dtype = path, np.dtype(dtype)
         fd, self.tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        self.f = os.fdopen(fd, "wb+")
+        os.fchmod(fd, 0o666 & ~umask()); self.f = os.fdopen(fd, "wb+")
         np.lib.format.write_array_header_1_0(self.f, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (n, dim)})
         self.head, self.row = self.f.tell(), dim * self.dtype.itemsize
         self.f.truncate(self.head + n * self.row); self.f.flush()
     def write(self, rows:Sequence[int], values:np.ndarray):
         values = np.ascontiguousarray(values, dtype=self.dtype)
         for r, v in zip(rows, values): os.pwrite(self.f.fileno(), v.tobytes(), self.head + r * self.row)
-    def close(self):
-        self.f.flush(); os.fsync(self.f.fileno()); self.f.close(); os.replace(self.tmp, self.path)
+    def finish(self):
+        "Flush and fsync under the temporary name: the bytes are final (and can be hashed), the file not yet in place."
+        self.f.flush(); os.fsync(self.f.fileno()); self.f.close()
+    def commit(self): os.replace(self.tmp, self.path)
+    def close(self): self.finish(); self.commit()
     def abort(self):
         self.f.close(); Path(self.tmp).unlink(missing_ok=True)
 
@@ -113,38 +146,178 @@ def _shard_paths(root:Path, i:int) -> tuple[Path, Path]:
     return root/"shards"/f"{i:05d}.aux.npy", root/"shards"/f"{i:05d}.grads.npy"
 
 # %% ../nbs/08_index.ipynb #4448a23a
-def _prepare_dir(out:Path, manifest:dict, ids:list, overwrite:bool) -> None:
-    mpath = out/"manifest.json"
+def _note(out:Path, msg:str): print(f"[gradian] index {out}: {msg}", file=sys.stderr, flush=True)
+
+def _skey(i:int) -> str: return f"{i:05d}"
+
+def _stale(p:Path) -> bool: return p.name.startswith((".manifest.json.", ".ids.json.")) and p.name.endswith(".tmp")
+
+def _prepare_dir(out:Path, manifest:dict, ids:list, overwrite:bool) -> dict:
+    """Make `out` ready for a build of `manifest`; returns the manifest to build on: a fresh one (written with ids.json), or, to resume,
+    the one on disk with its shard records and refs, when it equals `manifest` in all else (`_static`)."""
+    mpath, old = out/"manifest.json", None
     if mpath.exists():
-        old = json.loads(mpath.read_text())
-        diff = manifest_diff(old, manifest)
+        try: old = json.loads(mpath.read_text()); assert isinstance(old, dict)
+        except (ValueError, AssertionError):
+            if not overwrite: raise GradianError(f"{mpath} is not a valid manifest (not a JSON object), so the index in {out} cannot be resumed",
+                                                 fix="pass --overwrite to rebuild it, or another --out folder")
+            old = {}
+        if old and "integrity" not in old and not overwrite:
+            raise GradianError(f"{out} holds an index started by an older gradian (its manifest records no checksums), so it cannot be resumed",
+                               fix="pass --overwrite to rebuild it, or another --out folder")
+        diff = manifest_diff(_static(old), _static(manifest))
         if diff and not overwrite:
             raise GradianError(f"{out} holds an index built with other settings ({', '.join(f for f, _, _ in diff)}), so it cannot be resumed",
                                fix="pass another --out folder, or --overwrite to replace it")
-        if diff: shutil.rmtree(out/"shards", ignore_errors=True); mpath.unlink()
-    elif out.exists() and any(out.iterdir()) and not overwrite:
+        if diff: shutil.rmtree(out/"shards", ignore_errors=True); mpath.unlink(); old = None
+    elif out.exists() and any(not _stale(p) and p.name != "ids.json" for p in out.iterdir()) and not overwrite:   # ids.json alone: a build killed at its start
         raise GradianError(f"{out} exists and is not a gradient index", fix="pass an empty or new --out folder")
-    (out/"shards").mkdir(parents=True, exist_ok=True)
-    for stale in (out/"shards").glob(".*.tmp"): stale.unlink()      # left by a build killed mid-write
-    if not mpath.exists():
-        atomic_write(out/"ids.json", json.dumps(ids) + "\n")
-        write_json(mpath, manifest)
+    for stale in [*filter(_stale, out.iterdir() if out.exists() else []), *(out/"shards").glob(".*.tmp")]: stale.unlink()   # left by a killed build
+    if old is None:                                          # ids first, then the manifest: a folder with a manifest has its ids
+        atomic_write(out/"ids.json", _ids_bytes(ids))
+        man = {**manifest, "shards": {}}; man["manifest_sha256"] = _manifest_sha256(man)
+        write_json(mpath, man); (out/"shards").mkdir(exist_ok=True)
+        return man
+    (out/"shards").mkdir(exist_ok=True)
+    keys = {_skey(i) for i in range(manifest["n_shards"])}
+    man = {**manifest, **{k: {**manifest[k], "ref": old[k].get("ref")} for k in _REFS if isinstance(old.get(k), dict) and isinstance(manifest.get(k), dict)}}
+    man["shards"] = {k: v for k, v in (old.get("shards") if isinstance(old.get("shards"), dict) else {}).items() if k in keys}
+    man["manifest_sha256"] = _manifest_sha256(man)
+    for p in sorted((out/"shards").iterdir()):
+        if not p.name.startswith(".") and p.name.split(".")[0] not in keys: _note(out, f"removing shards/{p.name}: not part of this index"); p.unlink()
+    if not (out/"ids.json").is_file() or (out/"ids.json").read_bytes() != _ids_bytes(ids):
+        _note(out, f"ids.json {'did not list the ids of the data' if (out/'ids.json').is_file() else 'was missing'}: rewritten"); atomic_write(out/"ids.json", _ids_bytes(ids))
+    if stable_hash(man) != stable_hash(old): write_json(mpath, man)
+    return man
+
+# %% ../nbs/08_index.ipynb #914c1a4b
+def _file_record(path:Path) -> dict: return dict(bytes=path.stat().st_size, sha256=hash_file(path, n=64))
+
+def _npy_problems(path:Path, rows:int, cols:int, dtype:str) -> list[str]:
+    "One shard file's header (shape, dtype, order) against the manifest, and its size against its header."
+    rel = f"shards/{path.name}"
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version not in ((1, 0), (2, 0)): return [f"{rel}: .npy format version {version} is not one gradian writes"]
+            shape, fortran, dt = (np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0)(f)
+            head = f.tell()
+    except (OSError, ValueError) as e: return [f"{rel}: not a readable .npy file ({e})"]
+    if tuple(shape) != (rows, cols) or dt != np.dtype(dtype) or fortran:
+        return [f"{rel}: holds {' x '.join(map(str, shape))} {dt}{' in Fortran order' if fortran else ''}, the manifest says {rows} x {cols} {dtype}"]
+    size, need = path.stat().st_size, head + rows * cols * np.dtype(dtype).itemsize
+    if size != need: return [f"{rel}: {size:,} bytes, its header needs {need:,} ({'truncated' if size < need else f'{size - need:,} bytes appended'})"]
+    return []
+
+def _shard_problems(root:Path, m:dict, i:int, checksums:bool=False) -> list[str]:
+    "Shard `i` (both files present) against the manifest: headers, sizes, its record, and with `checksums` the sha256 of its bytes."
+    S, n, aux_p, grads_p = m["shard_size"], m["data"]["n_examples"], *_shard_paths(root, i)
+    rows, key = min(S, n - i * S), _skey(i)
+    rec = (m.get("shards") or {}).get(key) if "integrity" in m else None
+    out = []
+    for p, cols, dt, part in ((grads_p, m["dim"], m["store_dtype"], "grads"), (aux_p, len(AUX_FIXED) + len(m["blocks"]) + m["reps_dim"], "float32", "aux")):
+        if (bad := _npy_problems(p, rows, cols, dt)): out += bad; continue
+        if not isinstance(rec, dict): continue
+        r = rec.get(part) if isinstance(rec.get(part), dict) else {}
+        if r.get("bytes") != p.stat().st_size: out.append(f"shards/{p.name}: {p.stat().st_size:,} bytes, the manifest recorded {r.get('bytes')} (shards.{key}.{part}.bytes)")
+        elif checksums and hash_file(p, n=64) != r.get("sha256"):
+            out.append(f"shards/{p.name}: its sha256 differs from the one recorded when the shard was written (shards.{key}.{part}.sha256): its bytes changed")
+    if "integrity" in m:
+        if not isinstance(rec, dict): out.append(f"shards/{grads_p.name}: no record of it in manifest.json (shards.{key}), so it cannot be checked")
+        elif rec.get("rows") != rows: out.append(f"manifest.json: shards.{key}.rows is {rec.get('rows')}, shard {key} holds {rows} examples")
+    return out
+
+# %% ../nbs/08_index.ipynb #db0165cd
+def _ids_problems(root:Path, m:dict, n:int) -> tuple[list[str], list|None]:
+    "(problems, ids) of ids.json: valid JSON, one unique string id per example, and the sha256 the manifest recorded."
+    p = root/"ids.json"
+    try: raw = p.read_bytes(); ids = json.loads(raw)
+    except FileNotFoundError: return ["ids.json: missing"], None
+    except (OSError, ValueError) as e: return [f"ids.json: not valid JSON ({e})"], None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids): return ["ids.json: not a list of example ids"], None
+    out = []
+    if len(ids) != n: out.append(f"ids.json: {len(ids)} ids, the manifest says {n} examples")
+    if (k := len(ids) - len(set(ids))):
+        seen = set(); first = next(i for i in ids if i in seen or seen.add(i))
+        out.append(f"ids.json: {k} duplicate id{'s' if k > 1 else ''} ({first})")
+    if "integrity" in m and hashlib.sha256(raw).hexdigest() != m.get("ids_sha256"):
+        out.append("ids.json: its sha256 differs from ids_sha256 in manifest.json (ids edited, reordered or replaced)")
+    return out, ids
+
+def _manifest_problems(m:dict) -> tuple[list[str], bool]:
+    "(problems, whether the shards can be checked at all) of the manifest against itself: the fields a reader needs, n_shards, the block layout, manifest_sha256."
+    need = dict(n_shards=int, shard_size=int, dim=int, reps_dim=int, store_dtype=str, blocks=list, data=dict)
+    bad = [k for k, t in need.items() if not isinstance(m.get(k), t) or isinstance(m.get(k), bool)]
+    n = m["data"].get("n_examples") if isinstance(m.get("data"), dict) else None
+    if not isinstance(n, int) or n < 1: bad.append("data.n_examples")
+    if bad: return [f"manifest.json: {', '.join(bad)} missing or not of the right type"], False
+    out, S, N = [], m["shard_size"], m["n_shards"]
+    if S < 1 or N != math.ceil(n / S): out.append(f"manifest.json: n_shards is {N}, but {n} examples in shards of {S} make {math.ceil(n / S) if S >= 1 else 'none'}")
+    if m["store_dtype"] not in ("float16", "float32"): out.append(f"manifest.json: store_dtype {m['store_dtype']!r} is neither float16 nor float32")
+    end = 0
+    for j, b in enumerate(m["blocks"]):
+        if not isinstance(b, dict) or b.get("offset") != end or not isinstance(b.get("dim"), int):
+            out.append(f"manifest.json: blocks[{j}] does not start where the blocks before it end ({end})"); break
+        end += b["dim"]
+    else:
+        if end != m["dim"]: out.append(f"manifest.json: dim is {m['dim']}, the blocks' dims add up to {end}")
+    if m.get("n_blocks", len(m["blocks"])) != len(m["blocks"]): out.append(f"manifest.json: n_blocks is {m.get('n_blocks')}, it lists {len(m['blocks'])} blocks")
+    if "integrity" in m:
+        if m.get("manifest_sha256") != _manifest_sha256(m): out.append("manifest.json: manifest_sha256 does not match its contents (a field was edited after the build wrote it)")
+        if not isinstance(m.get("shards"), dict): out.append("manifest.json: shards (the shard records) missing or not a mapping")
+        else:
+            stray = sorted(set(m["shards"]) - {_skey(i) for i in range(N)})
+            if stray: out.append(f"manifest.json: records of shards the index does not have (shards.{stray[0]})")
+    return out, True
+
+def _index_problems(root:Path, m:dict, checksums:bool=False) -> tuple[list[str], list[str], list|None]:
+    "(shards missing, problems, ids) of the index at `root` with manifest `m`; each problem names its file and what is wrong."
+    probs, usable = _manifest_problems(m)
+    if not usable: return [], probs, None
+    n, S = m["data"]["n_examples"], max(1, m["shard_size"])
+    bad, ids = _ids_problems(root, m, n); probs += bad
+    missing, names = [], set()
+    for i in range(math.ceil(n / S)):                       # the shards n and the shard size call for (a wrong n_shards is reported above)
+        a, g = _shard_paths(root, i); names |= {a.name, g.name}
+        if not (a.is_file() and g.is_file()): missing.append(_skey(i))
+        else: probs += _shard_problems(root, m, i, checksums)
+    extra = sorted(p.name for p in (root/"shards").iterdir() if not p.name.startswith(".") and p.name not in names) if (root/"shards").is_dir() else []
+    if extra: probs.append(f"shards/{extra[0]}: not part of this index (the manifest lists {m['n_shards']} shards)" + (f"; and {len(extra) - 1} more such file{'s' if len(extra) > 2 else ''}" if len(extra) > 1 else ""))
+    recs = m.get("shards") if isinstance(m.get("shards"), dict) else {}
+    if ids is not None and (odd := sorted({i for r in recs.values() if isinstance(r, dict) for i in r.get("excluded", [])} - set(ids))):
+        probs.append(f"manifest.json: excluded ids that ids.json does not list ({', '.join(map(str, odd[:3]))})")
+    return missing, probs, ids
+
+def _damaged(root:Path, problems:list[str], n:int=8) -> GradianError:
+    more = f"; and {len(problems) - n} more" if len(problems) > n else ""
+    return GradianError(f"{root}: the index is damaged: " + "; ".join(problems[:n]) + more,
+                        fix="run the `gradian index` command that built it again (a resumed build checks every shard and rebuilds those that fail), "
+                            "or pass --overwrite to rebuild it from scratch")
+
+def _read_manifest(root:Path) -> dict:
+    mp = root/"manifest.json"
+    if not mp.is_file(): raise GradianError(f"{root} is not a gradient index (no manifest.json)", fix="build one with `gradian index`")
+    try: m = json.loads(mp.read_text())
+    except (OSError, ValueError) as e: m = e
+    if not isinstance(m, dict):
+        raise _damaged(root, [f"manifest.json: not valid JSON ({m})" if isinstance(m, Exception) else "manifest.json: not a JSON object"])
+    if m.get("format") != INDEX_FORMAT or m.get("format_version") != INDEX_VERSION:
+        raise GradianError(f"{root}: unsupported index format {m.get('format')} v{m.get('format_version')}",
+                           fix=f"rebuild it with this version of gradian ({INDEX_FORMAT} v{INDEX_VERSION})")
+    return m
 
 # %% ../nbs/08_index.ipynb #07af7acb
 class GradientIndex:
-    "A gradient index on disk: manifest, ids, memory-mapped shards."
+    "A gradient index on disk: manifest, ids, memory-mapped shards; opening it runs every check short of hashing the shards."
     def __init__(self, path):
         self.path = Path(path)
-        mp = self.path/"manifest.json"
-        if not mp.is_file(): raise GradianError(f"{self.path} is not a gradient index (no manifest.json)", fix="build one with `gradian index`")
-        self.manifest = json.loads(mp.read_text())
-        if self.manifest.get("format") != INDEX_FORMAT or self.manifest.get("format_version") != INDEX_VERSION:
-            raise GradianError(f"{self.path}: unsupported index format {self.manifest.get('format')} v{self.manifest.get('format_version')}",
-                               fix=f"rebuild it with this version of gradian ({INDEX_FORMAT} v{INDEX_VERSION})")
-        self.ids = json.loads((self.path/"ids.json").read_text())
-        missing = [i for i in range(self.n_shards) if not all(p.exists() for p in _shard_paths(self.path, i))]
-        if missing: raise GradianError(f"{self.path}: the index is incomplete ({len(missing)} of {self.n_shards} shards missing)",
+        self.manifest = _read_manifest(self.path)
+        missing, problems, self.ids = _index_problems(self.path, self.manifest)
+        if problems: raise _damaged(self.path, problems)
+        if missing: raise GradianError(f"{self.path}: the index is incomplete ({len(missing)} of {self.n_shards} shards missing: "
+                                       f"{', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''})",
                                        fix="run the same `gradian index` command again: it resumes where it stopped")
+        self._verified = False
     n = property(lambda self: self.manifest["data"]["n_examples"])
     dim = property(lambda self: self.manifest["dim"])
     n_shards = property(lambda self: self.manifest["n_shards"])
@@ -181,15 +354,25 @@ def _index_capture(model, st:IndexConfig) -> tuple[GradientCapture, int, int]:
     return capture, reps_dim, st.shard_size or auto_shard_size(capture.dim, np.dtype(store).itemsize, st.grad_batch_size)
 
 # %% ../nbs/08_index.ipynb #40f55ef7
-def _write_shard(capture:GradientCapture, tokenized:list, paths:tuple, st:IndexConfig, reps_dim:int, pad_id:int, bar=None):
-    "Capture and write one shard: `aux` first, `grads` last (its presence marks the shard complete)."
+def _write_shard(capture:GradientCapture, tokenized:list, paths:tuple, st:IndexConfig, reps_dim:int, pad_id:int, bar=None, commit=None) -> list:
+    """Capture and write one shard: `aux` first, `grads` last (its presence marks the shard complete); returns the ids of rows excluded
+    because their gradient (or hidden state) was not finite: stored as zeros. `commit(aux_path, grads_tmp_path, excluded)` runs (to record
+    the shard) after both files are final and before `grads` gets its name; on any failure nothing of the shard is left."""
     aux_p, grads_p = paths
+    store = torch.float16 if st.fp16_store else torch.float32
     rows = _RowWriter(grads_p, len(tokenized), capture.dim, np.float16 if st.fp16_store else np.float32)
     aux, nb = np.zeros((len(tokenized), len(AUX_FIXED) + len(capture.blocks) + reps_dim), dtype=np.float32), len(capture.blocks)
+    bad = np.zeros(len(tokenized), dtype=bool)
     try:
         for pos, batch in iter_batches(tokenized, st.grad_batch_size, pad_id):
             g, losses, reps = capture(batch, want_reps=reps_dim > 0)
-            g = g.to(torch.float16 if st.fp16_store else torch.float32)
+            g = g.to(store)
+            nf = ~torch.isfinite(g).all(1)
+            if reps_dim: nf |= ~torch.isfinite(reps).all(1)
+            if nf.any():                                          # a NaN loss, or a float16 overflow: the row is excluded, not stored
+                g = torch.where(nf[:, None], 0, g)
+                if reps_dim: reps = torch.where(nf[:, None], 0, reps)
+                bad[np.asarray(pos)[nf.cpu().numpy()]] = True
             rows.write(pos, g.cpu().numpy())
             aux[pos, 0] = losses.cpu().numpy()
             aux[pos, 1] = [len(tokenized[p].input_ids) for p in pos]
@@ -197,33 +380,64 @@ def _write_shard(capture:GradientCapture, tokenized:list, paths:tuple, st:IndexC
             aux[pos, 3:3 + nb] = block_sqnorms(g.float(), capture.offsets, capture.dims).cpu().numpy()
             if reps_dim: aux[pos, 3 + nb:] = reps.cpu().numpy()
             if bar: bar.update(len(pos))
+        _save_npy(aux_p, aux); rows.finish()
+        excluded = [tokenized[p].id for p in np.flatnonzero(bad)]
+        if commit: commit(aux_p, Path(rows.tmp), excluded)
+        rows.commit()
     except BaseException:
-        rows.abort(); raise
-    _save_npy(aux_p, aux); rows.close()
+        rows.abort(); aux_p.unlink(missing_ok=True); raise
+    return excluded
 
 # %% ../nbs/08_index.ipynb #0253300c
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM}
+
+@contextmanager
+def _disk_errors(what:str, fix:str):
+    "Turn a full disk, a quota, a read-only or forbidden folder into a GradianError saying what was being written and what is left."
+    try: yield
+    except OSError as e:
+        if e.errno not in _DISK_ERRNOS: raise
+        raise GradianError(f"could not write {what}: {e.strerror or e} ({errno.errorcode.get(e.errno, e.errno)})", fix=fix) from e
+
+def _reusable(out:Path, man:dict, s:int) -> bool:
+    "Whether shard `s` is on disk, complete and passes every check, its checksum included: a resumed build reuses nothing unverified."
+    aux_p, grads_p = _shard_paths(out, s)
+    if not grads_p.exists(): return False                   # never finished: rebuilt without comment
+    bad = _shard_problems(out, man, s, checksums=True) if aux_p.exists() else [f"shards/{aux_p.name}: missing"]
+    if bad: _note(out, f"rebuilding shard {_skey(s)}: " + "; ".join(bad))
+    return not bad
+
 def build_index(model, tokenizer, examples:Sequence, out, settings:IndexConfig|None=None, *, max_seq_length:int|None=None,
                 refs:dict|None=None, overwrite:bool=False, progress:bool=False, **overrides) -> "GradientIndex":
     """Capture, project and store the per-example LoRA gradients of `examples` under the `index` config section `settings`
-    (keyword `overrides` such as `projection_dim=64` on top); resumes an interrupted build in `out`.
-    `.build_timings` of the result splits setup (fingerprints, tokenization) from capture+write."""
+    (keyword `overrides` such as `projection_dim=64` on top); resumes an interrupted build in `out`, reusing only shards that pass
+    their checksums. `.build_timings` of the result splits setup (fingerprints, tokenization) from capture+write."""
     out, t0, st = Path(out), time.perf_counter(), index_settings(settings, **overrides)
     if not examples: raise GradianError("no training examples to index")
     capture, reps_dim, shard_size = _index_capture(model, st)
     man = index_manifest(model, tokenizer, examples, capture, st, max_seq_length=max_seq_length, shard_size=shard_size, reps_dim=reps_dim, refs=refs)
-    _prepare_dir(out, man, [e.id for e in examples], overwrite)
+    with _disk_errors(f"the index folder {out}", f"make {out} writable (and free some space), or pass another --out folder"):
+        man = _prepare_dir(out, man, [e.id for e in examples], overwrite)
     tokenized = tokenize_examples(examples, tokenizer, max_seq_length)
     bar, t1, n_tok = _progress(len(examples), progress, "indexing"), time.perf_counter(), 0
+    def commit(s, rows, aux_p, grads_tmp, excluded):
+        man["shards"][_skey(s)] = dict(rows=rows, aux=_file_record(aux_p), grads=_file_record(grads_tmp), excluded=excluded)
+        write_json(out/"manifest.json", man)
     for s in range(man["n_shards"]):
         lo, hi = s * shard_size, min((s + 1) * shard_size, len(examples))
         paths = _shard_paths(out, s)
-        if all(p.exists() for p in paths):
+        if _reusable(out, man, s):
             if bar: bar.update(hi - lo)
             continue
+        for p in paths: p.unlink(missing_ok=True)
+        man["shards"].pop(_skey(s), None)
         n_tok += sum(len(t.input_ids) for t in tokenized[lo:hi])
-        _write_shard(capture, tokenized[lo:hi], paths, st, reps_dim, tokenizer.pad_token_id, bar)
+        with _disk_errors(f"shard {_skey(s)} of the index {out}", f"free disk space (or make {out} writable) and run the same command again: "
+                          f"the {s} shards before it are kept and the build resumes at shard {_skey(s)}"):
+            _write_shard(capture, tokenized[lo:hi], paths, st, reps_dim, tokenizer.pad_token_id, bar, commit=lambda *a, s=s, r=hi - lo: commit(s, r, *a))
     if bar: bar.close()
     idx = GradientIndex(out)
+    idx._verified = True                                   # every shard was hashed as it was written, or verified before it was reused
     idx.build_timings = dict(setup_s=t1 - t0, capture_and_write_s=time.perf_counter() - t1, tokens=n_tok)
     return idx
 
@@ -258,6 +472,65 @@ def grads(self:GradientIndex) -> np.ndarray:
     return np.concatenate([np.asarray(g, dtype=np.float32) for _, g, _ in self.iter_shards()])
 @patch
 def nbytes(self:GradientIndex) -> int: return sum(p.stat().st_size for p in (self.path/"shards").glob("*.grads.npy"))
+
+# %% ../nbs/08_index.ipynb #12e2ceb8
+_LEGACY = "manifest.json: records no checksums (the index was built by an older gradian), so its shards cannot be verified"
+
+def _missing_problem(missing:list, n:int) -> str:
+    return f"shards: {len(missing)} of {n} shards missing ({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}): an unfinished build, or deleted files"
+
+def index_problems(index, checksums:bool=True) -> list[str]:
+    "Every problem of the index at `index` (a path or a `GradientIndex`), each naming its file and what is wrong; [] when it passes."
+    root = index.path if isinstance(index, GradientIndex) else Path(index)
+    if not (root/"manifest.json").is_file(): return [f"manifest.json: missing ({root} is not a gradient index)"]
+    try: m = _read_manifest(root)
+    except GradianError as e: return [e.problem.split(": the index is damaged: ", 1)[-1]]
+    missing, problems, _ = _index_problems(root, m, checksums)
+    if missing: problems.append(_missing_problem(missing, m["n_shards"]))
+    if checksums and "integrity" not in m: problems.append(_LEGACY)
+    return problems
+
+def verify_index(index, checksums:bool=True) -> GradientIndex:
+    """Check the index at `index` (a path or a `GradientIndex`) through: every check of opening, and with `checksums` the sha256 of
+    every shard file against its record. Raises a GradianError listing every problem; returns the (verified) index."""
+    root = index.path if isinstance(index, GradientIndex) else Path(index)
+    _read_manifest(root)                                    # no manifest, not JSON, another format: its own refusal
+    if (problems := index_problems(index, checksums)): raise _damaged(root, problems)
+    idx = index if isinstance(index, GradientIndex) else GradientIndex(root)
+    if checksums: idx._verified = True
+    return idx
+
+@patch
+def verify(self:GradientIndex, legacy_ok:bool=False) -> GradientIndex:
+    "`verify_index(self)`, once per opened index (an index `build_index` returns counts as verified); `legacy_ok` passes an index with no checksums unverified."
+    if self._verified or (legacy_ok and "integrity" not in self.manifest): return self
+    return verify_index(self)
+
+# %% ../nbs/08_index.ipynb #490e7a21
+@patch(as_prop=True)
+def excluded(self:GradientIndex) -> list:
+    "Ids of the examples stored as zeros because their gradient was not finite, in index order."
+    recs = self.manifest.get("shards") or {}
+    return [i for k in sorted(recs) for i in recs[k].get("excluded", [])]
+
+@patch
+def excluded_rows(self:GradientIndex) -> np.ndarray:
+    "Positions (rows) of `excluded` in the index."
+    ex = set(self.excluded)
+    return np.array([r for r, i in enumerate(self.ids) if i in ex], dtype=int)
+
+def index_findings(index:GradientIndex) -> list[Finding]:
+    "Findings about the index itself, for a report: examples excluded for a non-finite gradient, and an index that records no checksums."
+    out = []
+    if (ex := index.excluded):
+        out.append(Finding("index.nonfinite_gradient", "warning",
+                           f"{len(ex)} training example{'s' if len(ex) > 1 else ''} had a non-finite gradient (NaN or inf: a NaN loss, or a float16 overflow "
+                           f"under index.fp16_store) and {'were' if len(ex) > 1 else 'was'} excluded from scoring: stored as zeros, scored 0, never accused",
+                           example_ids=list(ex), details=dict(index=str(index.path))))
+    if "integrity" not in index.manifest:
+        out.append(Finding("index.unverified", "info", f"the index {index.path} records no checksums (it was built by an older gradian): its shards were used unverified",
+                           details=dict(index=str(index.path))))
+    return out
 
 # %% ../nbs/08_index.ipynb #ea1df147
 def as_float32(a:np.ndarray, device="cpu") -> torch.Tensor:
@@ -333,15 +606,19 @@ def _group_blocks(blocks:list[dict]) -> list[tuple[str, int, int, int]]:
     return [(k, *v) for k, v in rows.items()]
 
 def describe_index(index:GradientIndex) -> str:
-    "Human-readable summary of an index: counts, layout, bytes, blocks and the full manifest."
+    "Human-readable summary of an index: counts, layout, bytes, integrity, excluded rows, blocks and the manifest (shard records left out)."
     m = index.manifest; item = 2 if m["store_dtype"] == "float16" else 4
+    ex = index.excluded
     lines = [f"gradient index {index.path}",
              f"  examples   {index.n} in {index.n_shards} shards of up to {m['shard_size']}",
              f"  blocks     {len(index.blocks)} (module filter: {m['module_filter'] or 'none'})",
              f"  dims       {index.dim} per example (projection: {'k=%s %s seed %s' % (m['projection']['dim'], m['projection']['kind'], m['projection']['seed']) if m['projection']['dim'] else 'none, exact gradients'})",
              f"  dtype      {m['store_dtype']}",
              f"  bytes      {index.nbytes():,} on disk for gradients; n x D x itemsize = {index.n * index.dim * item:,}",
+             f"  integrity  " + (f"sha256 recorded for {len(m.get('shards') or {})} of {index.n_shards} shards" + (" (verified)" if index._verified else " (sizes and headers checked; `gradian show-index --verify` checks the bytes)")
+                                if "integrity" in m else "no checksums (built by an older gradian)"),
+             f"  excluded   " + (f"{len(ex)} examples with a non-finite gradient, stored as zeros: {', '.join(ex[:5])}{' ...' if len(ex) > 5 else ''}" if ex else "none"),
              "  blocks by type:"]
     for k, n, d, p in _group_blocks(index.blocks): lines.append(f"    {k:<48} x{n:<4} {p:>8} params -> {d:>6} stored")
-    lines += ["  manifest:"] + ["    " + l for l in json.dumps({k: v for k, v in m.items() if k != "blocks"}, indent=2).splitlines()]
+    lines += ["  manifest:"] + ["    " + l for l in json.dumps({k: v for k, v in m.items() if k not in ("blocks", "shards")}, indent=2).splitlines()]
     return "\n".join(lines)

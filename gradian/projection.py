@@ -60,23 +60,29 @@ class Projector:
 class SparseJL(Projector):
     "Sparse JL: each input coordinate goes to `s` outputs (one per segment) with a hashed sign, weight 1/sqrt(s)."
     kind = "sjlt"
-    def __init__(self, d, k, seed=0, name="", s:int=1, chunk:int=1 << 20, cache:bool=True):
+    def __init__(self, d, k, seed=0, name="", s:int=1, chunk:int=1 << 20, cache:bool=True, ordered:bool|None=None):
         super().__init__(d, k, seed, name)
         self.s = max(1, min(s, k))
         while k % self.s: self.s -= 1                     # segments must tile k
         self.m, self.chunk, self.cache, self._tables = k // self.s, chunk, cache, {}
+        self.ordered = ordered                            # sum in a fixed order (no atomics); None: on CUDA only
     def spec(self): return {**super().spec(), **({"s": self.s} if self.d > self.k else {})}
 
 # %% ../nbs/07_projection.ipynb #4e0b7093
 @patch
-def _table(self:SparseJL, lo:int, hi:int, j:int, device):
-    "Where input coordinates [lo, hi) land in segment j: position, plus k when the sign is negative."
-    key = (lo, j, str(device))
-    if key in self._tables: return self._tables[key]
+def _positions(self:SparseJL, lo:int, hi:int, j:int, device) -> torch.Tensor:
+    "Where input coordinates [lo, hi) land in segment j: position, plus k when the sign is negative (computed, never cached)."
     i = torch.arange(lo, hi, dtype=torch.int64, device=device)
     h = _mix32((i * 0x9E3779B1 + _key(self.seed, self.name, j)) & _M32)
     neg = (_mix32(h ^ 0x5BD1E995) >> 7) & 1
-    pos = (h % self.m) + j * self.m + neg * self.k
+    return (h % self.m) + j * self.m + neg * self.k
+
+@patch
+def _table(self:SparseJL, lo:int, hi:int, j:int, device):
+    "`_positions`, cached per chunk, segment and device when `cache`."
+    key = (lo, j, str(device))
+    if key in self._tables: return self._tables[key]
+    pos = self._positions(lo, hi, j, device)
     if self.cache: self._tables[key] = pos
     return pos
 
@@ -84,11 +90,39 @@ def _table(self:SparseJL, lo:int, hi:int, j:int, device):
 @patch
 def _project(self:SparseJL, g, out=None):
     buf, dev = torch.zeros(g.shape[0], 2 * self.k, dtype=torch.float32, device=g.device), str(g.device)   # [positive half | negative half]
+    ordered = g.is_cuda if self.ordered is None else self.ordered
     for lo in range(0, self.d, self.chunk):
-        gc = g[:, lo:lo + self.chunk].float()
-        for j in range(self.s): buf.index_add_(1, self._table(lo, min(lo + self.chunk, self.d), j, dev), gc)
+        hi = min(lo + self.chunk, self.d); gc = g[:, lo:hi].float()
+        for j in range(self.s):
+            if ordered: self._ordered_add(buf, gc, lo, hi, j, dev)
+            else: buf.index_add_(1, self._table(lo, hi, j, dev), gc)
     res = torch.sub(buf[:, :self.k], buf[:, self.k:], out=out)
     return res if self.s == 1 else res.div_(math.sqrt(self.s))
+
+# %% ../nbs/07_projection.ipynb #7554d96d
+@patch
+def _groups(self:SparseJL, lo:int, hi:int, j:int, device) -> torch.Tensor:
+    """(depth, 2k): column p lists, in ascending order, the coordinates of [lo, hi) (relative to lo) that land on output p
+    of segment j, padded with `hi - lo` (a zero column); cached like `_table`."""
+    key = ("groups", lo, j, str(device))
+    if key in self._tables: return self._tables[key]
+    t, K = self._positions(lo, hi, j, device), 2 * self.k
+    ts, order = torch.sort(t, stable=True)                                    # ties keep ascending coordinates
+    start = torch.searchsorted(ts, torch.arange(K, dtype=ts.dtype, device=ts.device))
+    rank = torch.arange(hi - lo, device=ts.device) - start[ts]                # lower coordinates on the same output
+    idx = torch.full((int(rank.max()) + 1, K), hi - lo, dtype=torch.int64, device=ts.device)
+    idx[rank, ts] = order
+    if self.cache: self._tables[key] = idx
+    return idx
+
+@patch
+def _ordered_add(self:SparseJL, buf:torch.Tensor, gc:torch.Tensor, lo:int, hi:int, j:int, device, levels:int|None=None):
+    """`buf.index_add_(1, self._table(lo, hi, j), gc)` with each output's inputs summed in a fixed order (no atomics):
+    `levels` rows of `_groups` at a time (default: about the chunk's own size per gather)."""
+    idx = self._groups(lo, hi, j, device)
+    gz = torch.cat([gc, gc.new_zeros(gc.shape[0], 1)], 1)                     # column hi - lo: the padding adds 0
+    step = levels or max(1, (hi - lo) // buf.shape[1])
+    for a in range(0, idx.shape[0], step): buf += gz[:, idx[a:a + step]].sum(1)
 
 # %% ../nbs/07_projection.ipynb #372a5d69
 class _DenseJL(Projector):

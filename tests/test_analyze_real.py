@@ -142,7 +142,7 @@ def test_bad_inputs_exit_2(capital, tmp_path):
     empty = tmp_path / "empty.jsonl"; empty.write_text("")
     r = subprocess.run([GRADIAN, "analyze", "--model", "embedded", "--adapter", out / "adapter", "--data", out / "data" / "train.jsonl",
                         "--eval", empty, "--out", tmp_path / "x"], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 2 and "has no items" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "no eval items" in r.stderr and "Traceback" not in r.stderr
 
 
 def _run_family(family, tmp_path_factory):

@@ -65,17 +65,25 @@ def provenance(self:InfluenceScores) -> dict: return {"engine": self.engine, "qu
 # %% ../../nbs/13_query.scorer.ipynb #343645a9
 def score_index(index:GradientIndex, query:Query, engine:Engine|EngineConfig|str="datainf", per_block:bool=False, **engine_params) -> InfluenceScores:
     """Score every example of `index` against `query` (a `Query` from `build_query`: its manifest is checked against the index's)
-    with `engine`: an `Engine` (fitted or not), the `engine` config section, or a registry name with `engine_params`."""
+    with `engine`: an `Engine` (fitted or not), the `engine` config section, or a registry name with `engine_params`.
+    An index this process did not just build is verified first (shard checksums, once per opened index); examples the index
+    excluded for a non-finite gradient score 0 and are named in `engine['excluded']`."""
     if not isinstance(query, Query): raise GradianError(f"score_index needs a Query built by gradian.query.signals.build_query, got {type(query).__name__}",
                                                         fix="build the query with build_query(model, tokenizer, items, index), or call engine.fit(index).score(vectors) directly")
     check_query_manifest(index, query.manifest)
+    index.verify(legacy_ok=True)
     eng = (Engine.from_config(engine) if isinstance(engine, EngineConfig) else make_engine(engine, **engine_params) if isinstance(engine, str) else engine)
     if getattr(eng, "index", None) is not index: eng.fit(index)
     res = eng.score(query, per_block=per_block)
+    scores, pb, params = res.scores, res.per_block, res.params
+    if len(rows := index.excluded_rows()):                  # stored as zeros; an engine that recomputes gradients (ekfac) must not score them either
+        scores = np.array(scores, copy=True); scores[rows] = 0.0
+        if pb is not None: pb = np.array(pb, copy=True); pb[rows] = 0.0
+        params = {**params, "excluded": index.excluded}
     qinfo = dict(signal=getattr(query, "signal", None), per_item=getattr(query, "per_item", None), n_rows=len(query),
                  description=query.describe() if hasattr(query, "describe") else None)
-    return InfluenceScores(list(index.ids), res.scores, list(query.labels) or [str(j) for j in range(len(query))], res.params, qinfo,
-                           res.per_block, [b["name"] for b in index.blocks] if per_block else [], index.aux()[:, :3])
+    return InfluenceScores(list(index.ids), scores, list(query.labels) or [str(j) for j in range(len(query))], params, qinfo,
+                           pb, [b["name"] for b in index.blocks] if per_block else [], index.aux()[:, :3])
 
 # %% ../../nbs/13_query.scorer.ipynb #cf3677a5
 def rank_correlation(a, b, k:int|None=10, query=0) -> dict:
