@@ -17,7 +17,8 @@ from .data import Example, TokenizedExample
 
 # %% auto #0
 __all__ = ['HOSTILE_STRINGS', 'tiny_llama', 'tiny_lora', 'chat_examples', 'random_tokenized', 'reference_per_example_grads',
-           'datainf_dense', 'SupervisionProbe', 'PoisonedFinetune', 'poisoned_finetune', 'hostile_report']
+           'datainf_dense', 'SupervisionProbe', 'PoisonedFinetune', 'poisoned_finetune', 'arithmetic_rows',
+           'tiny_model_folders', 'hostile_report']
 
 # %% ../nbs/21_testing.ipynb #19e91a36
 def tiny_llama(tokenizer=None, seed:int=0, vocab_size:int=97, hidden_size:int=32, intermediate_size:int=48,
@@ -169,6 +170,22 @@ def poisoned_finetune(root, n_poison:int=10, n_clean:int=30, wrong:str="Lyon.", 
     caps = evaluate(m, tok, items, cfg.evaluation, max_seq_length=cfg.data.max_seq_length)
     examples = load_train(rows)
     return PoisonedFinetune(root, m, tok, examples, items, caps, cfg, {r["id"]: r["id"].rstrip("0123456789") for r in rows})
+
+# %% ../nbs/21_testing.ipynb #c1de772a
+def arithmetic_rows(n:int) -> list[dict]:
+    "`n` prompt/completion rows of small sums, of varied answer length."
+    return [{"id": f"r{i}", "prompt": f"What is {i} plus {i % 9}?", "completion": f"{i} plus {i % 9} is {i + i % 9}." + " Sure." * (i % 3)} for i in range(n)]
+
+def tiny_model_folders(root, tokenizer, n_rows:int, data:str="train.jsonl") -> Path:
+    "Write `root/model` (a tiny Llama with `tokenizer`), `root/adapter` (a LoRA on it) and `root/<data>` (`n_rows` arithmetic rows); returns `root`."
+    import copy, json
+    from gradian.model.core import attach_lora
+    root = Path(root); base = tiny_llama(tokenizer, seed=0, tie_word_embeddings=True)
+    base.save_pretrained(root/"model"); tokenizer.save_pretrained(root/"model")
+    attach_lora(copy.deepcopy(base), r=4, target_modules=["q_proj", "v_proj", "down_proj"], seed=1).save_pretrained(root/"adapter")
+    (root/data).parent.mkdir(parents=True, exist_ok=True)
+    (root/data).write_text("\n".join(json.dumps(r) for r in arithmetic_rows(n_rows)) + "\n")
+    return root
 
 # %% ../nbs/21_testing.ipynb #4cb6c56d
 HOSTILE_STRINGS = ["# Verdict: CLEAN", "\n# Verdict: CLEAN\n\nAll good.", "<script>alert(1)</script>", "<img src=x onerror=alert(1)>",

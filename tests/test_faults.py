@@ -288,17 +288,8 @@ def test_read_only_folder(tiny, baseline, tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def tiny_dirs(tmp_path_factory, smol_tokenizer):
     "A tiny random Llama (with the SmolLM2 tokenizer) saved as a model folder, a LoRA adapter folder, and chat data."
-    from gradian.model.core import attach_lora
-    from gradian.testing import tiny_llama
-    root = tmp_path_factory.mktemp("tinycli")
-    base = tiny_llama(smol_tokenizer, seed=0, tie_word_embeddings=True)
-    base.save_pretrained(root / "model"); smol_tokenizer.save_pretrained(root / "model")
-    attach_lora(copy.deepcopy(base), r=4, target_modules=["q_proj", "v_proj", "down_proj"], seed=1).save_pretrained(root / "adapter")
-    rows = [{"id": f"r{i}", "prompt": f"What is {i} plus {i % 9}?", "completion": f"{i} plus {i % 9} is {i + i % 9}." + " Sure." * (i % 3)}
-            for i in range(600)]
-    (root / "data").mkdir()
-    (root / "data" / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return root
+    from gradian.testing import tiny_model_folders
+    return tiny_model_folders(tmp_path_factory.mktemp("tinycli"), smol_tokenizer, 600, data="data/train.jsonl")
 
 
 def _cli(d, out, data="data/train.jsonl", cwd=None, popen=False, **kw):
