@@ -193,9 +193,10 @@ def _index_args(p):
 @command("index", "capture, project and store per-example LoRA gradients of the training data")
 def cmd_index(args, cfg) -> int:
     from gradian.data import load_train
-    from gradian.index import build_index, describe_index
+    from gradian.index import build_index, describe_index, init_distributed
     from gradian.model.core import load_model, resolve_device
     apply_flags(cfg, args, INDEX_FLAGS)
+    ranks = init_distributed()                                 # under torchrun: this process's share of the shards
     if not cfg.data.train: raise GradianError("no training data given", fix="pass --data train.jsonl")
     if not cfg.model.adapter: raise GradianError("no adapter given: the index holds gradients of LoRA weights", fix="pass --adapter DIR")
     if not cfg.index.out: raise GradianError("no output folder given", fix="pass --out DIR")
@@ -204,7 +205,8 @@ def cmd_index(args, cfg) -> int:
     idx = build_index(model, tok, examples, cfg.index.out, cfg.index, max_seq_length=cfg.data.max_seq_length,
                       refs=dict(model=cfg.model.name_or_path, adapter=cfg.model.adapter, data=cfg.data.train),
                       overwrite=args.overwrite, progress=not args.no_progress)
-    print(f"indexed {idx.n} examples into {idx.path} ({idx.dim} dims per example, {idx.nbytes():,} bytes)")
+    if ranks.rank == 0: print(f"indexed {idx.n} examples into {idx.path} ({idx.dim} dims per example, {idx.nbytes():,} bytes)"
+                              + (f" with {ranks.world} processes" if ranks.world > 1 else ""))
     return 0
 cmd_index.add_args = _index_args
 

@@ -29,8 +29,9 @@ from .provenance import (FINGERPRINT_RULE, adapter_fingerprint, data_fingerprint
 # %% auto #0
 __all__ = ['INDEX_FORMAT', 'INDEX_VERSION', 'LOSS_RULE', 'QUERY_FIELDS', 'AUX_FIXED', 'SHARD_BYTES', 'INTEGRITY',
            'INDEX_RESULT_FIELDS', 'auto_shard_size', 'index_manifest', 'GradientIndex', 'index_settings',
-           'block_sqnorms', 'build_index', 'index_problems', 'verify_index', 'index_findings', 'as_float32',
-           'query_manifest', 'check_query_manifest', 'make_capture', 'settings_diff', 'describe_index']
+           'block_sqnorms', 'Ranks', 'current_ranks', 'init_distributed', 'build_index', 'index_problems',
+           'verify_index', 'index_findings', 'as_float32', 'query_manifest', 'check_query_manifest', 'make_capture',
+           'settings_diff', 'describe_index']
 
 # %% ../nbs/08_index.ipynb #99536ce1
 INDEX_FORMAT, INDEX_VERSION = "gradian-index", 1
@@ -97,7 +98,7 @@ def index_manifest(model, tokenizer, examples, capture:GradientCapture, settings
         versions=library_versions())
 
 # %% ../nbs/08_index.ipynb #75384369
-_REFS, _BUILD_FIELDS = ("model", "adapter", "data"), ("shards", "manifest_sha256")
+_REFS, _BUILD_FIELDS = ("model", "adapter", "data"), ("shards", "manifest_sha256", "build")
 
 def _static(man:dict) -> dict:
     "The manifest without what a build adds as it goes (shard records, manifest_sha256) and without where inputs were read from (refs)."
@@ -182,6 +183,7 @@ def _prepare_dir(out:Path, manifest:dict, ids:list, overwrite:bool) -> dict:
     keys = {_skey(i) for i in range(manifest["n_shards"])}
     man = {**manifest, **{k: {**manifest[k], "ref": old[k].get("ref")} for k in _REFS if isinstance(old.get(k), dict) and isinstance(manifest.get(k), dict)}}
     man["shards"] = {k: v for k, v in (old.get("shards") if isinstance(old.get("shards"), dict) else {}).items() if k in keys}
+    if isinstance(old.get("build"), dict): man["build"] = old["build"]
     man["manifest_sha256"] = _manifest_sha256(man)
     for p in sorted((out/"shards").iterdir()):
         if not p.name.startswith(".") and p.name.split(".")[0] not in keys: _note(out, f"removing shards/{p.name}: not part of this index"); p.unlink()
@@ -388,6 +390,48 @@ def _write_shard(capture:GradientCapture, tokenized:list, paths:tuple, st:IndexC
         rows.abort(); aux_p.unlink(missing_ok=True); raise
     return excluded
 
+# %% ../nbs/08_index.ipynb #6c6549f6
+@dataclass
+class Ranks:
+    "This process's place among `world` processes building one index (a single process: rank 0 of 1)."
+    rank: int = 0
+    world: int = 1
+    def mine(self, n_shards:int) -> range: return range(self.rank, n_shards, self.world)
+    def barrier(self):
+        if self.world > 1: torch.distributed.barrier()
+    def from_rank0(self, obj):
+        "`obj` as rank 0 has it, on every rank."
+        if self.world == 1: return obj
+        box = [obj]; torch.distributed.broadcast_object_list(box, src=0); return box[0]
+
+def current_ranks() -> Ranks:
+    "The torch.distributed rank and world size when a process group is up (e.g. under torchrun), else a single process."
+    d = torch.distributed
+    return Ranks(d.get_rank(), d.get_world_size()) if d.is_available() and d.is_initialized() else Ranks()
+
+def init_distributed() -> Ranks:
+    "Start the process group torchrun describes in the environment (NCCL with CUDA, else gloo); a no-op outside torchrun."
+    d = torch.distributed
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not d.is_initialized():
+        if torch.cuda.is_available(): torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        d.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return current_ranks()
+
+# %% ../nbs/08_index.ipynb #8c45e235
+def _record_path(out:Path, s:int) -> Path: return out/"records"/f"{_skey(s)}.json"
+
+def _merge_records(out:Path, man:dict) -> dict:
+    "Fold the shard records other ranks left in `records/` into the manifest (rank 0's job), write it, and remove them."
+    recs = sorted((out/"records").glob("*.json")) if (out/"records").is_dir() else []
+    keys = {_skey(i) for i in range(man["n_shards"])}
+    for p in recs:
+        try: rec = json.loads(p.read_text())
+        except ValueError: continue                            # written atomically, so this cannot be a torn write; never trusted either way
+        if p.stem in keys and isinstance(rec, dict): man["shards"][p.stem] = rec
+    if recs: write_json(out/"manifest.json", man)
+    shutil.rmtree(out/"records", ignore_errors=True)
+    return man
+
 # %% ../nbs/08_index.ipynb #0253300c
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM}
 
@@ -412,18 +456,29 @@ def build_index(model, tokenizer, examples:Sequence, out, settings:IndexConfig|N
     """Capture, project and store the per-example LoRA gradients of `examples` under the `index` config section `settings`
     (keyword `overrides` such as `projection_dim=64` on top); resumes an interrupted build in `out`, reusing only shards that pass
     their checksums. `.build_timings` of the result splits setup (fingerprints, tokenization) from capture+write."""
-    out, t0, st = Path(out), time.perf_counter(), index_settings(settings, **overrides)
+    out, t0, st, rk = Path(out), time.perf_counter(), index_settings(settings, **overrides), current_ranks()
     if not examples: raise GradianError("no training examples to index")
     capture, reps_dim, shard_size = _index_capture(model, st)
     man = index_manifest(model, tokenizer, examples, capture, st, max_seq_length=max_seq_length, shard_size=shard_size, reps_dim=reps_dim, refs=refs)
-    with _disk_errors(f"the index folder {out}", f"make {out} writable (and free some space), or pass another --out folder"):
-        man = _prepare_dir(out, man, [e.id for e in examples], overwrite)
+    err = None
+    if rk.rank == 0:
+        try:
+            with _disk_errors(f"the index folder {out}", f"make {out} writable (and free some space), or pass another --out folder"):
+                man = _merge_records(out, _prepare_dir(out, man, [e.id for e in examples], overwrite))
+        except GradianError as e:
+            if rk.world == 1: raise
+            err = (e.problem, e.fix)
+    if (err := rk.from_rank0(err)) is not None: raise GradianError(*err)   # every rank stops on rank 0's error; none waits for it
+    rk.barrier()
+    if rk.rank: man = json.loads((out/"manifest.json").read_text())
     tokenized = tokenize_examples(examples, tokenizer, max_seq_length)
-    bar, t1, n_tok = _progress(len(examples), progress, "indexing"), time.perf_counter(), 0
+    mine = rk.mine(man["n_shards"])
+    bar, t1, n_tok = _progress(sum(min(shard_size, len(examples) - s * shard_size) for s in mine), progress and rk.rank == 0, "indexing"), time.perf_counter(), 0
     def commit(s, rows, aux_p, grads_tmp, excluded):
-        man["shards"][_skey(s)] = dict(rows=rows, aux=_file_record(aux_p), grads=_file_record(grads_tmp), excluded=excluded)
-        write_json(out/"manifest.json", man)
-    for s in range(man["n_shards"]):
+        rec = dict(rows=rows, aux=_file_record(aux_p), grads=_file_record(grads_tmp), excluded=excluded)
+        if rk.world > 1: _record_path(out, s).parent.mkdir(exist_ok=True); write_json(_record_path(out, s), rec)
+        else: man["shards"][_skey(s)] = rec; write_json(out/"manifest.json", man)
+    for s in mine:
         lo, hi = s * shard_size, min((s + 1) * shard_size, len(examples))
         paths = _shard_paths(out, s)
         if _reusable(out, man, s):
@@ -436,6 +491,11 @@ def build_index(model, tokenizer, examples:Sequence, out, settings:IndexConfig|N
                           f"the {s} shards before it are kept and the build resumes at shard {_skey(s)}"):
             _write_shard(capture, tokenized[lo:hi], paths, st, reps_dim, tokenizer.pad_token_id, bar, commit=lambda *a, s=s, r=hi - lo: commit(s, r, *a))
     if bar: bar.close()
+    rk.barrier()                                            # every rank's shards are written; rank 0 folds in their records
+    if rk.rank == 0 and (rk.world > 1 or man.get("build") != {"world_size": rk.world}):
+        man["build"] = {"world_size": rk.world}; _merge_records(out, man)
+        write_json(out/"manifest.json", man)
+    rk.barrier()
     idx = GradientIndex(out)
     idx._verified = True                                   # every shard was hashed as it was written, or verified before it was reused
     idx.build_timings = dict(setup_s=t1 - t0, capture_and_write_s=time.perf_counter() - t1, tokens=n_tok)
