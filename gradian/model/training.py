@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..core import GradianError, format_findings, hash_file, library_versions, stable_hash, write_json
+from ..core import GradianError, format_findings, hash_file, library_versions, stable_hash, umask, write_json
 from ..config import DataConfig, GradianConfig, ModelConfig, TrainingConfig, config_from_dict
 from .backends import BACKENDS, IGNORE, TrainRun, TrainSpec, get_backend, training_rows
 
@@ -78,7 +78,7 @@ def _check_out(out, overwrite:bool) -> Path:
 # %% ../../nbs/04e_model.training.ipynb #2e62f2e8
 def _umask_permissions(folder:Path) -> None:
     "Give `folder` and its files the permissions a plain mkdir/open would have under the current umask."
-    mask = os.umask(0); os.umask(mask)
+    mask = umask()
     os.chmod(folder, 0o777 & ~mask)
     for p in folder.iterdir(): os.chmod(p, 0o666 & ~mask)
 
