@@ -54,19 +54,21 @@ class PeakRSS:
         self.extra, self.extra_rss = self.peak[0] - self.base[0], self.peak[1] - self.base[1]
 
 
-def load(model_name, seed=0):
+def load(model_name, seed=0, device="cpu"):
+    "The embedded SmolLM2, the tiny Llama, or `1b`: a ~1.1B Llama (TinyLlama's shape) built from its config, no weights downloaded."
     from gradian.model.core import attach_lora, load_model, load_tokenizer
     if model_name == "embedded":
         base, tok = load_model("embedded")
     else:
         from gradian.testing import tiny_llama
         tok = load_tokenizer("embedded")
-        base = tiny_llama(tok, seed=seed, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True)
-    return attach_lora(base, r=8, alpha=16, target_modules=TARGETS, seed=seed).eval(), tok
+        size = (dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2) if model_name == "tiny" else
+                dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32, num_key_value_heads=4))
+        base = tiny_llama(tok, seed=seed, max_position_embeddings=2048, tie_word_embeddings=True, **size)
+    return attach_lora(base, r=8, alpha=16, target_modules=TARGETS, seed=seed).to(device).eval(), tok
 
 
-def worker(mode, model_name, n, batch, k):
+def worker(mode, model_name, n, batch, k, device="cpu"):
     import numpy as np, torch
     sys.path.insert(0, str(HERE))
     from _scenario import chat_examples
@@ -75,7 +77,8 @@ def worker(mode, model_name, n, batch, k):
     from gradian.index import auto_shard_size, build_index
     from gradian.model.core import lora_blocks
     from gradian.projection import block_projectors
-    model, tok = load(model_name)
+    model, tok = load(model_name, device=device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     examples = chat_examples(n)
     toks = tokenize_examples(examples, tok)
     n_tokens = sum(len(t.input_ids) for t in toks)
@@ -93,7 +96,7 @@ def worker(mode, model_name, n, batch, k):
                        bytes=idx.nbytes(), n_blocks=len(idx.blocks), dim=idx.dim, n=idx.n)
     elif mode == "plain":
         for p in params: p.requires_grad_(True)
-        batches = [b for _, b in iter_batches(toks, batch, tok.pad_token_id)]
+        batches = [b.to(device) for _, b in iter_batches(toks, batch, tok.pad_token_id)]
         def step(b):
             losses, _ = supervised_losses(model, b)
             losses.sum().backward()
@@ -102,7 +105,7 @@ def worker(mode, model_name, n, batch, k):
         with PeakRSS() as mem:
             t0 = time.perf_counter()
             for b in batches: step(b)
-            sec = time.perf_counter() - t0
+            sync(); sec = time.perf_counter() - t0
         out = dict(seconds=sec, tokens=n_tokens, peak_extra=mem.extra, peak_rss=mem.extra_rss)
     elif mode == "loop":
         for p in params: p.requires_grad_(True)
@@ -192,12 +195,13 @@ def bench(model_name, n, batch, reps, k):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="both", choices=("embedded", "tiny", "both"))
+    ap.add_argument("--model", default="both", choices=("embedded", "tiny", "1b", "both"))
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (the 1b model is meant for cuda)")
     ap.add_argument("--n", type=int, default=64); ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--reps", type=int, default=3); ap.add_argument("--k", type=int, default=1024)
     ap.add_argument("--worker", choices=("index", "plain", "loop")); ap.add_argument("--accuracy", action="store_true")
     a = ap.parse_args(argv)
-    if a.worker: return worker(a.worker, a.model, a.n, a.batch, a.k)
+    if a.worker: return worker(a.worker, a.model, a.n, a.batch, a.k, a.device)
     if a.accuracy: return accuracy(a.model, a.k)
     import torch
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")

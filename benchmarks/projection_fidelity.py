@@ -54,7 +54,7 @@ def main(argv=None):
             self.G, self.n, self.dim = G.numpy(), G.shape[0], G.shape[1]
             offs = np.cumsum([0] + dims[:-1]).tolist()
             self.blocks = [dict(name=b.name, module=b.module, dim=d, offset=o) for b, d, o in zip(blocks, dims, offs)]
-        def iter_shards(self): yield 0, self.G, None
+        def chunks(self): yield 0, torch.from_numpy(self.G)
         def block_sqnorms(self): return np.stack([(self.G[:, b["offset"]:b["offset"] + b["dim"]] ** 2).sum(1) for b in self.blocks], 1)
 
     def scores(index, Qm, engine):

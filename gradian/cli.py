@@ -174,7 +174,7 @@ def add_index_flags(p):
     p.add_argument("--module-filter", metavar="REGEX", help="index only LoRA modules whose name matches, e.g. down_proj")
     p.add_argument("--projection-dim", type=t("projection_dim", ("none", "exact", "null")), metavar="K", help="JL projection dimension per block, or 'none' for exact gradients")
     p.add_argument("--projection-seed", type=t("projection_seed"), metavar="S"); p.add_argument("--projection-kind", choices=("sjlt", "rademacher", "gaussian"))
-    p.add_argument("--fp16-store", action="store_true", default=None, help="store gradients as float16")
+    p.add_argument("--fp16-store", action="store_true", default=None, help="store gradients in 16 bits, as bfloat16 (half the disk)")
     p.add_argument("--grad-batch-size", type=t("grad_batch_size"), metavar="B", help="examples per batched forward+backward (lower it on out-of-memory)")
     p.add_argument("--max-seq-length", type=t("max_seq_length"), metavar="N", help="token budget per example")
     p.add_argument("--shard-size", type=t("shard_size"), metavar="N", help="examples per shard file (default: about 256 MB per shard)")

@@ -17,11 +17,12 @@ from fastcore.basics import patch
 
 from .core import GradianError
 from .config import EngineConfig
-from .index import GradientIndex, as_float32
+from .index import GradientIndex
 
 # %% auto #0
-__all__ = ['ENGINES', 'QueryVectors', 'EngineScores', 'block_dots', 'stream_scores', 'register_engine', 'Engine', 'make_engine',
-           'GradDot', 'DataInf', 'RepSim', 'EKFAC']
+__all__ = ['LOOP_BLOCKS', 'ENGINES', 'QueryVectors', 'EngineScores', 'chunk_dots', 'block_dots', 'block_combine', 'stream_scores',
+           'TopScores', 'stream_top_k', 'register_engine', 'Engine', 'make_engine', 'GradDot', 'DataInf', 'RepSim',
+           'EKFAC']
 
 # %% ../nbs/09_engines.ipynb #4edcd5c4
 @dataclass
@@ -53,13 +54,33 @@ def _runs(index:GradientIndex) -> list[tuple[int, int, int, int]]:
     return [tuple(r) for r in runs]
 
 # %% ../nbs/09_engines.ipynb #1f678654
+def _operands(G:torch.Tensor, Q:torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    "A chunk and the query in the type their product is computed in: bfloat16 for a bfloat16 chunk, float32 otherwise."
+    return (G, Q.to(torch.bfloat16)) if G.dtype == torch.bfloat16 else (G.float(), Q.float())
+
+def chunk_dots(G:torch.Tensor, Q:torch.Tensor) -> torch.Tensor:
+    "(n, m) float32 products of stored rows G (n, D) with query rows Q (m, D), in the chunk's own kernel."
+    g, q = _operands(G, Q); return (g @ q.T).float()
+
+LOOP_BLOCKS = 8         # runs of up to this many blocks: one plain matrix product per block (measured faster than one batched product)
+
 def block_dots(G:torch.Tensor, Q:torch.Tensor, runs) -> torch.Tensor:
-    "(n, m, n_blocks) inner products of each block's slice of the rows of G (n, D) with those of Q (m, D)."
-    out = []
+    "(n, m, n_blocks) float32 inner products of each block's slice of the rows of G (n, D) with those of Q (m, D)."
+    (G, Q), out = _operands(G, Q), []
     for first, L, d, off in runs:
-        g = G[:, off:off + L * d].reshape(G.shape[0], L, d); q = Q[:, off:off + L * d].reshape(Q.shape[0], L, d)
-        out.append(torch.einsum("nld,mld->nml", g, q))
+        if L <= LOOP_BLOCKS: out += [(G[:, o:o + d] @ Q[:, o:o + d].T).float()[:, :, None] for o in range(off, off + L * d, d)]
+        else: out.append(torch.einsum("nld,mld->nml", G[:, off:off + L * d].reshape(len(G), L, d), Q[:, off:off + L * d].reshape(len(Q), L, d)).float())
     return torch.cat(out, 2)
+
+def block_combine(C:torch.Tensor, G:torch.Tensor, runs) -> torch.Tensor:
+    "(m, D) float64: row j is sum_i C[i, j, b] G[i, block b] for each block b, the transpose of `block_dots` (C is (n, m, n_blocks))."
+    (G, C) = _operands(G, C)
+    u, Ct = torch.zeros(C.shape[1], G.shape[1], dtype=torch.float64), C.permute(2, 1, 0).contiguous()      # (n_blocks, m, n): rows ready for the product
+    for first, L, d, off in runs:
+        if L <= LOOP_BLOCKS:
+            for j, o in enumerate(range(off, off + L * d, d)): u[:, o:o + d] = (Ct[first + j] @ G[:, o:o + d]).double()
+        else: u[:, off:off + L * d] = torch.einsum("nml,nld->mld", C[:, :, first:first + L], G[:, off:off + L * d].reshape(len(G), L, d)).reshape(C.shape[1], L * d).double()
+    return u
 
 # %% ../nbs/09_engines.ipynb #f5971490
 def _example_scale(index:GradientIndex, normalize:str) -> np.ndarray:
@@ -70,16 +91,39 @@ def _example_scale(index:GradientIndex, normalize:str) -> np.ndarray:
 
 # %% ../nbs/09_engines.ipynb #6c400161
 def stream_scores(index:GradientIndex, Qp:torch.Tensor, scale:np.ndarray, per_block:bool=False):
-    "scores (n, m) = (scale_i g_i) · Qp_j over all shards; per-block products too when asked."
-    n, m = index.n, Qp.shape[0]
+    "scores (n, m) = scale_i (g_i · Qp_j), one pass over the store; per-block products too when asked."
+    n, m, Qp = index.n, Qp.shape[0], Qp.float()
     S = np.zeros((n, m), dtype=np.float64)
     P = np.zeros((n, m, len(index.blocks)), dtype=np.float32) if per_block else None
     runs = _runs(index) if per_block else None
-    for start, g, _ in index.iter_shards():
-        G = as_float32(g) * torch.from_numpy(scale[start:start + g.shape[0]])[:, None]
-        S[start:start + len(G)] = (G @ Qp.T).double().numpy()
-        if per_block: P[start:start + len(G)] = block_dots(G, Qp, runs).numpy()
+    for start, G in index.chunks():
+        s = scale[start:start + len(G), None]
+        S[start:start + len(G)] = chunk_dots(G, Qp).numpy() * s
+        if per_block: P[start:start + len(G)] = block_dots(G, Qp, runs).numpy() * s[:, :, None]
     return S, P
+
+# %% ../nbs/09_engines.ipynb #eb55ea92
+@dataclass
+class TopScores:
+    "The `k` extreme scores of each query, most extreme first: `values` (k, m), `rows` (k, m) positions in the index, `ids` per query."
+    values: np.ndarray
+    rows: np.ndarray
+    ids: list
+    def _repr_markdown_(self):
+        head = "| rank | " + " | ".join(f"query {j}" for j in range(self.values.shape[1])) + " |\n|---|" + "---|" * self.values.shape[1] + "\n"
+        return head + "".join(f"| {r + 1} | " + " | ".join(f"`{self.ids[j][r]}` {self.values[r, j]:+.3g}" for j in range(self.values.shape[1])) + " |\n"
+                              for r in range(min(5, len(self.values))))
+
+def stream_top_k(index:GradientIndex, Qp:torch.Tensor, scale:np.ndarray, k:int, harmful:bool=True) -> TopScores:
+    "The `k` lowest (most harmful) scores of each query, or with `harmful=False` the highest, by a running top-k over one pass."
+    Qp, m, sign = Qp.float(), Qp.shape[0], -1.0 if harmful else 1.0
+    vals, rows = torch.empty(0, m, dtype=torch.float64), torch.empty(0, m, dtype=torch.long)
+    for start, G in index.chunks():
+        s = chunk_dots(G, Qp).double() * torch.from_numpy(scale[start:start + len(G)]).double()[:, None] * sign
+        v, r = torch.cat([vals, s]), torch.cat([rows, torch.arange(start, start + len(G))[:, None].expand(-1, m)])
+        top = v.topk(min(k, len(v)), dim=0)
+        vals, rows = top.values, r.gather(0, top.indices)
+    return TopScores(sign * vals.numpy(), rows.numpy(), [[index.ids[i] for i in col] for col in rows.T.tolist()])
 
 # %% ../nbs/09_engines.ipynb #1ed50cbe
 ENGINES: dict[str, type] = {}
@@ -189,7 +233,7 @@ def fit(self:DataInf, index):
     self.layer_of = np.array([names.index(k) for k in keys]); self.n_layers = len(names)
     self.scale = _example_scale(index, self.normalize)
     sq = index.block_sqnorms() * self.scale[:, None] ** 2                       # (n, n_blocks)
-    self.layer_sq = np.zeros((index.n, self.n_layers)); np.add.at(self.layer_sq.T, self.layer_of, sq.T)
+    self.layer_sq = sq @ np.eye(self.n_layers)[self.layer_of]                  # (n, n_layers): blocks summed into their layer
     self.lam = self.lambda_scale * self.layer_sq.mean(0)                         # (n_layers,)
     if (self.lam <= 0).any(): raise GradianError("some layers have all-zero gradients, so their damping is zero", fix="check the index (were any examples' answers truncated away?)")
     return self
@@ -200,16 +244,14 @@ def inverse_hvp(self:DataInf, Q:torch.Tensor) -> torch.Tensor:
     "H^-1 q for each query row, in the index's layout."
     idx, runs = self.index, _runs(self.index)
     lo = torch.from_numpy(self.layer_of); lam = torch.from_numpy(self.lam).float()
-    U = torch.zeros_like(Q, dtype=torch.float64)
-    for start, g, _ in idx.iter_shards():
-        G = as_float32(g) * torch.from_numpy(self.scale[start:start + g.shape[0]])[:, None]
-        dots = block_dots(G, Q, runs)                                             # (n_s, m, n_blocks)
-        ldots = torch.zeros(G.shape[0], Q.shape[0], self.n_layers).index_add_(2, lo, dots)
-        c = ldots / (lam + torch.from_numpy(self.layer_sq[start:start + G.shape[0]]).float()[:, None, :])
-        cb = c[:, :, lo]                                                          # (n_s, m, n_blocks)
-        for first, L, d, off in runs:
-            Gr = G[:, off:off + L * d].reshape(G.shape[0], L, d)
-            U[:, off:off + L * d] += torch.einsum("nml,nld->mld", cb[:, :, first:first + L], Gr).reshape(Q.shape[0], L * d).double()
+    Q = Q.float()
+    def part(start, G):                                                           # u = sum_i c_i g_i over one chunk
+        s = torch.from_numpy(self.scale[start:start + len(G)])[:, None, None]
+        dots = block_dots(G, Q, runs) * s                                         # (n_c, m, n_blocks): (s_i g_i) . q, block by block
+        ldots = torch.zeros(len(G), Q.shape[0], self.n_layers).index_add_(2, lo, dots)
+        c = ldots / (lam + torch.from_numpy(self.layer_sq[start:start + len(G)]).float()[:, None, :])
+        return block_combine(c[:, :, lo] * s, G, runs)                           # the coefficient of each stored row, block by block
+    U = sum((part(start, G) for start, G in idx.chunks()), torch.zeros(Q.shape[0], idx.dim, dtype=torch.float64))   # one pass over the store
     lam_cols = torch.cat([lam[lo[first:first + L]].repeat_interleave(d) for first, L, d, off in runs])
     return ((Q.double() - U / idx.n) / lam_cols.double()).float()
 
@@ -304,3 +346,10 @@ def score(self:EKFAC, q:QueryVectors, per_block:bool=False) -> EngineScores:
     if self.normalize == "l2":                                                   # the cosine, as the other engines score it
         out = out * self.scale[:, None] / np.maximum(q.vectors.double().norm(dim=1).numpy(), 1e-30)[None]
     return EngineScores(out, None, self.params())
+
+# %% ../nbs/09_engines.ipynb #580c550c
+@patch
+def top_k(self:Engine, q:QueryVectors, k:int, harmful:bool=True) -> TopScores:
+    "The `k` most harmful (lowest-scored) training examples of each query, or the most helpful: one pass, memory O(k m)."
+    self._check(q)
+    return stream_top_k(self.index, self.precondition(q.vectors.float()), self.example_scale(), k, harmful)

@@ -6,7 +6,7 @@ Docs: https://gradian-dev.github.io/gradian/index.html.md"""
 
 # %% ../nbs/08_index.ipynb #a571fd42
 from __future__ import annotations
-import errno, hashlib, json, math, os, shutil, sys, tempfile, time
+import errno, hashlib, json, math, mmap, os, shutil, sys, tempfile, time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,8 +27,9 @@ from .provenance import (FINGERPRINT_RULE, adapter_fingerprint, data_fingerprint
                                 model_fingerprint, require_same, template_fingerprint, tokenizer_fingerprint)
 
 # %% auto #0
-__all__ = ['INDEX_FORMAT', 'INDEX_VERSION', 'LOSS_RULE', 'QUERY_FIELDS', 'AUX_FIXED', 'SHARD_BYTES', 'INTEGRITY',
-           'INDEX_RESULT_FIELDS', 'auto_shard_size', 'index_manifest', 'GradientIndex', 'index_settings',
+__all__ = ['INDEX_FORMAT', 'INDEX_VERSION', 'LOSS_RULE', 'QUERY_FIELDS', 'AUX_FIXED', 'SHARD_BYTES', 'HALF_DTYPE', 'STORE_DTYPES',
+           'INTEGRITY', 'CHUNK_ROWS', 'CHUNK_BYTES', 'WINDOW_BYTES', 'INDEX_RESULT_FIELDS', 'store_dtype',
+           'auto_shard_size', 'to_store', 'as_stored', 'index_manifest', 'GradientIndex', 'index_settings',
            'block_sqnorms', 'Ranks', 'current_ranks', 'init_distributed', 'build_index', 'index_problems',
            'verify_index', 'index_findings', 'as_float32', 'query_manifest', 'check_query_manifest', 'make_capture',
            'settings_diff', 'describe_index']
@@ -39,14 +40,33 @@ LOSS_RULE = "mean next-token cross-entropy over the example's supervised (assist
 QUERY_FIELDS = ("model.fingerprint", "model_dtype", "adapter.fingerprint", "tokenizer.fingerprint", "module_filter", "blocks", "projection", "loss")
 AUX_FIXED = ("loss", "n_tokens", "n_supervised")
 SHARD_BYTES = 256 << 20
+HALF_DTYPE = "bfloat16"          # what index.fp16_store stores: chosen by measurement (benchmarks/run.py; gradian.engines, "Speed")
+STORE_DTYPES = {"float32": ("<f4", torch.float32), "float16": ("<f2", torch.float16), "bfloat16": ("<u2", torch.bfloat16)}  # .npy dtype, torch dtype
 INTEGRITY = dict(version=1, checksum="sha256",
                  rule="ids_sha256: ids.json; shards.<i>: rows, bytes and sha256 of each file of shard i, recorded as the shard is written; "
                       "manifest_sha256: the manifest without the refs, the shard records and itself")
+
+def store_dtype(settings:IndexConfig) -> str: return HALF_DTYPE if settings.fp16_store else "float32"
+def _npy_dtype(store:str) -> np.dtype: return np.dtype(STORE_DTYPES[store][0])
 
 def auto_shard_size(dim:int, itemsize:int, batch_size:int, target:int=SHARD_BYTES) -> int:
     "Examples per shard: about `target` bytes of gradients, a multiple of the batch size (so resumed builds batch alike)."
     n = max(1, target // max(1, dim * itemsize))
     return max(batch_size, (n // batch_size) * batch_size)
+
+# %% ../nbs/08_index.ipynb #95abe87a
+def to_store(g:torch.Tensor) -> np.ndarray:
+    "Rows as numpy in the type the store keeps them: bfloat16 as its raw bits, uint16 (numpy has no bfloat16)."
+    g = g.detach().cpu()
+    return g.view(torch.uint16).numpy() if g.dtype == torch.bfloat16 else g.numpy()
+
+def as_stored(a:np.ndarray) -> torch.Tensor:
+    "A torch tensor over stored rows, without a copy where they are contiguous, in the type they hold (uint16 bits are bfloat16). Read-only."
+    import warnings
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        t = torch.from_numpy(np.ascontiguousarray(a))
+    return t.view(torch.bfloat16) if t.dtype == torch.uint16 else t
 
 # %% ../nbs/08_index.ipynb #3eb612c0
 def _capture_layout(capture:GradientCapture) -> list[dict]:
@@ -91,7 +111,7 @@ def index_manifest(model, tokenizer, examples, capture:GradientCapture, settings
         max_seq_length=max_seq_length, loss=LOSS_RULE, module_filter=st.module_filter,
         projection=dict(dim=st.projection_dim, seed=st.projection_seed, kind=st.projection_kind if st.projection_dim else None),
         blocks=_capture_layout(capture), dim=capture.dim, n_blocks=len(capture.blocks),
-        store_dtype="float16" if st.fp16_store else "float32", reps_dim=reps_dim,
+        store_dtype=store_dtype(st), reps_dim=reps_dim,
         shard_size=shard_size, n_shards=math.ceil(len(examples) / shard_size), grad_batch_size=st.grad_batch_size,
         batching=dict(padding_side="left", sort_by_length_within_shard=True),
         integrity=INTEGRITY, reproducibility=_reproducibility(model),
@@ -196,8 +216,8 @@ def _prepare_dir(out:Path, manifest:dict, ids:list, overwrite:bool) -> dict:
 def _file_record(path:Path) -> dict: return dict(bytes=path.stat().st_size, sha256=hash_file(path, n=64))
 
 def _npy_problems(path:Path, rows:int, cols:int, dtype:str) -> list[str]:
-    "One shard file's header (shape, dtype, order) against the manifest, and its size against its header."
-    rel = f"shards/{path.name}"
+    "One shard file's header (shape, dtype, order) against the manifest (`dtype` a store dtype), and its size against its header."
+    rel, want = f"shards/{path.name}", _npy_dtype(dtype)
     try:
         with open(path, "rb") as f:
             version = np.lib.format.read_magic(f)
@@ -205,9 +225,10 @@ def _npy_problems(path:Path, rows:int, cols:int, dtype:str) -> list[str]:
             shape, fortran, dt = (np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0)(f)
             head = f.tell()
     except (OSError, ValueError) as e: return [f"{rel}: not a readable .npy file ({e})"]
-    if tuple(shape) != (rows, cols) or dt != np.dtype(dtype) or fortran:
-        return [f"{rel}: holds {' x '.join(map(str, shape))} {dt}{' in Fortran order' if fortran else ''}, the manifest says {rows} x {cols} {dtype}"]
-    size, need = path.stat().st_size, head + rows * cols * np.dtype(dtype).itemsize
+    if tuple(shape) != (rows, cols) or dt != want or fortran:
+        return [f"{rel}: holds {' x '.join(map(str, shape))} {dt}{' in Fortran order' if fortran else ''}, the manifest says {rows} x {cols} {dtype}"
+                + (f" (stored as {want})" if want.name != dtype else "")]
+    size, need = path.stat().st_size, head + rows * cols * want.itemsize
     if size != need: return [f"{rel}: {size:,} bytes, its header needs {need:,} ({'truncated' if size < need else f'{size - need:,} bytes appended'})"]
     return []
 
@@ -255,7 +276,7 @@ def _manifest_problems(m:dict) -> tuple[list[str], bool]:
     if bad: return [f"manifest.json: {', '.join(bad)} missing or not of the right type"], False
     out, S, N = [], m["shard_size"], m["n_shards"]
     if S < 1 or N != math.ceil(n / S): out.append(f"manifest.json: n_shards is {N}, but {n} examples in shards of {S} make {math.ceil(n / S) if S >= 1 else 'none'}")
-    if m["store_dtype"] not in ("float16", "float32"): out.append(f"manifest.json: store_dtype {m['store_dtype']!r} is neither float16 nor float32")
+    if m["store_dtype"] not in STORE_DTYPES: out.append(f"manifest.json: store_dtype {m['store_dtype']!r} is not one of {', '.join(STORE_DTYPES)}")
     end = 0
     for j, b in enumerate(m["blocks"]):
         if not isinstance(b, dict) or b.get("offset") != end or not isinstance(b.get("dim"), int):
@@ -352,8 +373,7 @@ def _index_capture(model, st:IndexConfig) -> tuple[GradientCapture, int, int]:
                               adapter_scale=st.adapter_scale)
     head = model.get_output_embeddings()
     reps_dim = head.in_features if head is not None else 0
-    store = np.float16 if st.fp16_store else np.float32
-    return capture, reps_dim, st.shard_size or auto_shard_size(capture.dim, np.dtype(store).itemsize, st.grad_batch_size)
+    return capture, reps_dim, st.shard_size or auto_shard_size(capture.dim, _npy_dtype(store_dtype(st)).itemsize, st.grad_batch_size)
 
 # %% ../nbs/08_index.ipynb #40f55ef7
 def _write_shard(capture:GradientCapture, tokenized:list, paths:tuple, st:IndexConfig, reps_dim:int, pad_id:int, bar=None, commit=None) -> list:
@@ -361,8 +381,8 @@ def _write_shard(capture:GradientCapture, tokenized:list, paths:tuple, st:IndexC
     because their gradient (or hidden state) was not finite: stored as zeros. `commit(aux_path, grads_tmp_path, excluded)` runs (to record
     the shard) after both files are final and before `grads` gets its name; on any failure nothing of the shard is left."""
     aux_p, grads_p = paths
-    store = torch.float16 if st.fp16_store else torch.float32
-    rows = _RowWriter(grads_p, len(tokenized), capture.dim, np.float16 if st.fp16_store else np.float32)
+    sd = store_dtype(st); store = STORE_DTYPES[sd][1]
+    rows = _RowWriter(grads_p, len(tokenized), capture.dim, _npy_dtype(sd))
     aux, nb = np.zeros((len(tokenized), len(AUX_FIXED) + len(capture.blocks) + reps_dim), dtype=np.float32), len(capture.blocks)
     bad = np.zeros(len(tokenized), dtype=bool)
     try:
@@ -371,11 +391,11 @@ def _write_shard(capture:GradientCapture, tokenized:list, paths:tuple, st:IndexC
             g = g.to(store)
             nf = ~torch.isfinite(g).all(1)
             if reps_dim: nf |= ~torch.isfinite(reps).all(1)
-            if nf.any():                                          # a NaN loss, or a float16 overflow: the row is excluded, not stored
+            if nf.any():                                          # a NaN loss (or an inf): the row is excluded, not stored
                 g = torch.where(nf[:, None], 0, g)
                 if reps_dim: reps = torch.where(nf[:, None], 0, reps)
                 bad[np.asarray(pos)[nf.cpu().numpy()]] = True
-            rows.write(pos, g.cpu().numpy())
+            rows.write(pos, to_store(g))
             aux[pos, 0] = losses.cpu().numpy()
             aux[pos, 1] = [len(tokenized[p].input_ids) for p in pos]
             aux[pos, 2] = [tokenized[p].n_supervised for p in pos]
@@ -515,6 +535,40 @@ def iter_shards(self:GradientIndex) -> Iterator[tuple[int, np.ndarray, np.ndarra
     for i in range(self.n_shards):
         g, a = self.shard(i); yield start, g, a; start += g.shape[0]
 
+# %% ../nbs/08_index.ipynb #6972889c
+CHUNK_ROWS, CHUNK_BYTES, WINDOW_BYTES = 4096, 16 << 20, 64 << 20
+_MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)          # pre-fault each window (Linux); plain shared elsewhere
+
+def _npy_data_offset(path:Path) -> int:
+    with open(path, "rb") as f:
+        v = np.lib.format.read_magic(f)
+        (np.lib.format.read_array_header_1_0 if v == (1, 0) else np.lib.format.read_array_header_2_0)(f)
+        return f.tell()
+
+def _windows(path:Path, n:int, dim:int, dtype:np.dtype, window:int) -> Iterator[tuple[int, np.ndarray]]:
+    "(first row, rows) of a (n, dim) .npy file, one mapped window of about `window` bytes at a time (unmapped when the caller lets go)."
+    head, rb = _npy_data_offset(path), dim * dtype.itemsize
+    per = max(1, window // max(1, rb))
+    with open(path, "rb") as f:
+        for a in range(0, n, per):
+            r = min(per, n - a); start = head + a * rb; lo = start - start % mmap.ALLOCATIONGRANULARITY
+            m = mmap.mmap(f.fileno(), start - lo + r * rb, flags=_MAP_FLAGS, prot=mmap.PROT_READ, offset=lo)
+            yield a, np.frombuffer(m, dtype=dtype, count=r * dim, offset=start - lo).reshape(r, dim)
+            del m
+
+# %% ../nbs/08_index.ipynb #b01286b5
+@patch
+def chunks(self:GradientIndex, rows:int|None=None, window:int=WINDOW_BYTES) -> Iterator[tuple[int, torch.Tensor]]:
+    """(first row, rows x D tensor in the stored type) over the whole store, in order, read by windows of about `window` bytes;
+    `rows` defaults to CHUNK_ROWS, fewer where that would pass CHUNK_BYTES (wide rows, exact gradients)."""
+    start, dt = 0, _npy_dtype(self.manifest["store_dtype"])
+    rows = rows or max(1, min(CHUNK_ROWS, CHUNK_BYTES // max(1, self.dim * dt.itemsize)))
+    for i in range(self.n_shards):
+        n = min(self.manifest["shard_size"], self.n - start)
+        for a, w in _windows(_shard_paths(self.path, i)[1], n, self.dim, dt, max(window, rows * self.dim * dt.itemsize)):
+            for b in range(0, len(w), rows): yield start + a + b, as_stored(w[b:b + rows])
+        start += n
+
 # %% ../nbs/08_index.ipynb #e0a99356
 @patch
 def aux(self:GradientIndex) -> np.ndarray: return np.concatenate([a for _, _, a in self.iter_shards()]) if self.n_shards else np.zeros((0, 0))
@@ -529,7 +583,7 @@ def reps(self:GradientIndex): return self.aux()[:, len(AUX_FIXED) + len(self.blo
 @patch
 def grads(self:GradientIndex) -> np.ndarray:
     "All gradients in memory (float32). For tests and small indexes; scoring streams instead."
-    return np.concatenate([np.asarray(g, dtype=np.float32) for _, g, _ in self.iter_shards()])
+    return torch.cat([c.float() for _, c in self.chunks()]).numpy() if self.n else np.zeros((0, self.dim), np.float32)
 @patch
 def nbytes(self:GradientIndex) -> int: return sum(p.stat().st_size for p in (self.path/"shards").glob("*.grads.npy"))
 
@@ -584,8 +638,8 @@ def index_findings(index:GradientIndex) -> list[Finding]:
     out = []
     if (ex := index.excluded):
         out.append(Finding("index.nonfinite_gradient", "warning",
-                           f"{len(ex)} training example{'s' if len(ex) > 1 else ''} had a non-finite gradient (NaN or inf: a NaN loss, or a float16 overflow "
-                           f"under index.fp16_store) and {'were' if len(ex) > 1 else 'was'} excluded from scoring: stored as zeros, scored 0, never accused",
+                           f"{len(ex)} training example{'s' if len(ex) > 1 else ''} had a non-finite gradient (NaN or inf, as a NaN loss "
+                           f"gives) and {'were' if len(ex) > 1 else 'was'} excluded from scoring: stored as zeros, scored 0, never accused",
                            example_ids=list(ex), details=dict(index=str(index.path))))
     if "integrity" not in index.manifest:
         out.append(Finding("index.unverified", "info", f"the index {index.path} records no checksums (it was built by an older gradian): its shards were used unverified",
@@ -594,11 +648,8 @@ def index_findings(index:GradientIndex) -> list[Finding]:
 
 # %% ../nbs/08_index.ipynb #ea1df147
 def as_float32(a:np.ndarray, device="cpu") -> torch.Tensor:
-    "A float32 torch tensor of a (memory-mapped, read-only) shard slice; no copy when it is float32 already. Do not write to it."
-    import warnings
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)).to(device)
+    "A float32 torch tensor of a (memory-mapped, read-only) shard slice (uint16 rows are bfloat16 bits); no copy when it is float32 already."
+    return as_stored(a).float().to(device)
 
 # %% ../nbs/08_index.ipynb #3a3caed4
 def query_manifest(model, tokenizer, capture:GradientCapture, module_filter=None, projection:dict|None=None) -> dict:
@@ -651,6 +702,8 @@ def require_settings(self:GradientIndex, settings:IndexConfig, max_seq_length:in
     stored = self.manifest.get("settings")
     if stored is None: raise GradianError(f"{self.path} records no index settings (it was built by an older gradian)", fix="rebuild it with `gradian index`")
     bad = settings_diff(stored, settings, max_seq_length)
+    if not bad and self.manifest["store_dtype"] != store_dtype(settings):         # float16, written by a gradian before bfloat16 was the half type
+        bad = [("index.fp16_store (the stored type)", self.manifest["store_dtype"], store_dtype(settings))]
     if bad: raise GradianError(f"the index {self.path} was built with other settings: " + "; ".join(f"{k} is {h!r} there, {w!r} requested" for k, h, w in bad),
                                fix="rebuild it (`gradian index --overwrite`, or leave out --index so analyze builds its own), or request the settings it was built with")
     return self
@@ -667,7 +720,7 @@ def _group_blocks(blocks:list[dict]) -> list[tuple[str, int, int, int]]:
 
 def describe_index(index:GradientIndex) -> str:
     "Human-readable summary of an index: counts, layout, bytes, integrity, excluded rows, blocks and the manifest (shard records left out)."
-    m = index.manifest; item = 2 if m["store_dtype"] == "float16" else 4
+    m = index.manifest; item = _npy_dtype(m["store_dtype"]).itemsize
     ex = index.excluded
     lines = [f"gradient index {index.path}",
              f"  examples   {index.n} in {index.n_shards} shards of up to {m['shard_size']}",

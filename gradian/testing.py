@@ -6,6 +6,7 @@ Docs: https://gradian-dev.github.io/gradian/testing.html.md"""
 
 # %% ../nbs/21_testing.ipynb #a295aceb
 from __future__ import annotations
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -18,7 +19,7 @@ from .data import Example, TokenizedExample
 # %% auto #0
 __all__ = ['HOSTILE_STRINGS', 'tiny_llama', 'tiny_lora', 'chat_examples', 'random_tokenized', 'reference_per_example_grads',
            'datainf_dense', 'SupervisionProbe', 'PoisonedFinetune', 'poisoned_finetune', 'arithmetic_rows',
-           'tiny_model_folders', 'hostile_report']
+           'tiny_model_folders', 'hostile_report', 'synthetic_index']
 
 # %% ../nbs/21_testing.ipynb #19e91a36
 def tiny_llama(tokenizer=None, seed:int=0, vocab_size:int=97, hidden_size:int=32, intermediate_size:int=48,
@@ -209,3 +210,37 @@ def hostile_report(s:str):
     return Report("attributed", s, {"kind": "cluster", "text": s}, capabilities=[cap], findings=[dict(check_id=s, severity="warning", message=s, example_ids=[s], count=1)],
                   clusters=[clu], examples=[ex], spans=spans, refused=[{"claim": s, "reason": s}], provenance=prov,
                   regressed_items=[dict(id=s, capability=s, prompt=s, answers=[s], base=1.0, tuned=0.0, base_output=s, tuned_output=s)], texts={s: s})
+
+# %% ../nbs/21_testing.ipynb #dae78f27
+def synthetic_index(path, n:int, dim:int, store_dtype:str="bfloat16", n_blocks:int=16, seed:int=0, shard_size:int|None=None):
+    "A valid gradient index of `n` random rows x `dim` at `path` (reused when one with these arguments is there); returns it opened."
+    import hashlib, json
+    from gradian.index import (GradientIndex, INDEX_FORMAT, INDEX_VERSION, INTEGRITY, _file_record, _manifest_sha256, _npy_dtype,
+                               _save_npy, _shard_paths, _skey, auto_shard_size, to_store, STORE_DTYPES)
+    path, d = Path(path), dim // n_blocks
+    if dim % n_blocks: raise ValueError(f"dim {dim} is not a multiple of n_blocks {n_blocks}")
+    stamp = dict(n=n, dim=dim, store_dtype=store_dtype, n_blocks=n_blocks, seed=seed, shard_size=shard_size)
+    if (path/"synthetic.json").is_file() and json.loads((path/"synthetic.json").read_text()) == stamp: return GradientIndex(path)
+    S = shard_size or auto_shard_size(dim, _npy_dtype(store_dtype).itemsize, 8)
+    (path/"shards").mkdir(parents=True, exist_ok=True); (path/"synthetic.json").unlink(missing_ok=True)
+    blocks = [dict(name=f"layers.{i // 2}.lora_{'AB'[i % 2]}", module=f"layers.{i // 2}", kind="AB"[i % 2], dim=d, offset=i * d, n_params=d) for i in range(n_blocks)]
+    ids = [f"ex{i}" for i in range(n)]; ids_raw = (json.dumps(ids) + "\n").encode()
+    gen, shards = torch.Generator().manual_seed(seed), {}
+    for s in range(math.ceil(n / S)):
+        rows, (aux_p, grads_p) = min(S, n - s * S), _shard_paths(path, s)
+        aux = np.zeros((rows, 3 + n_blocks), np.float32); aux[:, :3] = 1.0
+        with open(grads_p, "wb") as f:
+            np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(_npy_dtype(store_dtype)), "fortran_order": False, "shape": (rows, dim)})
+            for a in range(0, rows, 16384):
+                g = torch.randn(min(16384, rows - a), dim, generator=gen) * torch.exp(4.6 * torch.rand(min(16384, rows - a), 1, generator=gen))
+                g = g.to(STORE_DTYPES[store_dtype][1]); f.write(to_store(g).tobytes())
+                aux[a:a + len(g), 3:] = g.float().reshape(len(g), n_blocks, d).pow(2).sum(2).numpy()
+        _save_npy(aux_p, aux)
+        shards[_skey(s)] = dict(rows=rows, aux=_file_record(aux_p), grads=_file_record(grads_p), excluded=[])
+    m = dict(format=INDEX_FORMAT, format_version=INDEX_VERSION, synthetic=stamp, data=dict(n_examples=n, fingerprint=f"synthetic-{seed}"),
+             ids_sha256=hashlib.sha256(ids_raw).hexdigest(), blocks=blocks, dim=dim, n_blocks=n_blocks, store_dtype=store_dtype, reps_dim=0,
+             shard_size=S, n_shards=math.ceil(n / S), projection=dict(dim=d, seed=seed, kind="synthetic"), module_filter=None, integrity=INTEGRITY, shards=shards)
+    m["manifest_sha256"] = _manifest_sha256(m)
+    (path/"ids.json").write_bytes(ids_raw); (path/"manifest.json").write_text(json.dumps(m, indent=1))
+    (path/"synthetic.json").write_text(json.dumps(stamp))
+    return GradientIndex(path)

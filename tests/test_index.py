@@ -1,5 +1,5 @@
 """gradian index / show-index as a user runs them, on a tiny random Llama saved to disk with a real PEFT adapter folder:
-fp16 halves the store, --module-filter keeps only those blocks, a killed build resumes byte-identically,
+--fp16-store (bfloat16) halves the store, an older float16 index still scores, --module-filter keeps only those blocks, a killed build resumes byte-identically,
 mismatched settings are refused with the field names."""
 import copy, json, os, signal, subprocess, sys, time
 from pathlib import Path
@@ -36,10 +36,32 @@ def _files(d: Path) -> dict:
 def test_fp16_store_is_half_the_bytes(tiny_dirs, tmp_path):
     a = GradientIndex(_index(tiny_dirs, tmp_path / "f32", "--projection-dim", "none") and tmp_path / "f32")
     b = GradientIndex(_index(tiny_dirs, tmp_path / "f16", "--projection-dim", "none", "--fp16-store") and tmp_path / "f16")
-    assert a.manifest["store_dtype"] == "float32" and b.manifest["store_dtype"] == "float16"
+    assert a.manifest["store_dtype"] == "float32" and b.manifest["store_dtype"] == "bfloat16"
     header = 128 * a.n_shards                                   # .npy headers are 128 bytes each
     assert (b.nbytes() - header) * 2 == a.nbytes() - header
     assert np.allclose(b.grads(), a.grads(), rtol=1e-2, atol=1e-3 * np.abs(a.grads()).max())
+
+
+def test_float16_index_of_an_older_gradian_still_scores_but_is_not_reused(tiny_dirs, tmp_path):
+    "Before bfloat16 was the half type, fp16_store wrote float16: such an index opens, verifies and scores, and a build asking for fp16_store rebuilds."
+    from gradian.index import _file_record, _manifest_sha256, index_settings, verify_index
+    from gradian.engines import QueryVectors, make_engine
+    from gradian.core import GradianError
+    new, old = tmp_path / "f32", tmp_path / "old"
+    _index(tiny_dirs, new, "--projection-dim", "none"); _index(tiny_dirs, old, "--projection-dim", "none")
+    m = json.loads((old / "manifest.json").read_text())
+    for i in range(m["n_shards"]):                              # what an older gradian's --fp16-store wrote
+        p = old / "shards" / f"{i:05d}.grads.npy"; np.save(p, np.load(p).astype(np.float16))
+        m["shards"][f"{i:05d}"]["grads"] = _file_record(p)
+    m["store_dtype"], m["settings"]["index"]["fp16_store"] = "float16", True
+    m["manifest_sha256"] = _manifest_sha256(m); (old / "manifest.json").write_text(json.dumps(m))
+    o, n = verify_index(old), GradientIndex(new)
+    q = QueryVectors(torch.randn(2, n.dim, generator=torch.Generator().manual_seed(0)))
+    for eng in ("graddot", "datainf"):
+        so, sn = (make_engine(eng).fit(i).score(q).scores for i in (o, n))
+        assert np.abs(so - sn).max() < 1e-2 * np.abs(sn).max()
+    with pytest.raises(GradianError, match=r"stored type\) is 'float16' there, 'bfloat16' requested"):
+        o.require_settings(index_settings(fp16_store=True, projection_dim=None), m["max_seq_length"])
 
 
 def test_module_filter_and_show_index(tiny_dirs, tmp_path):

@@ -22,6 +22,9 @@ def run(path, skip_slow:bool=False):
         with client.setup_kernel():
             for i, cell in enumerate(nb.cells):
                 if cell.cell_type == "code" and not _slow(cell): client.execute_cell(cell, i)
+    nb.metadata.pop("widgets", None)        # widget state (tqdm bars, when ipywidgets is installed): not documentation
+    for cell in nb.cells:                   # nor are live widget views, which a static page cannot show
+        if cell.cell_type == "code": cell.outputs = [o for o in cell.outputs if "application/vnd.jupyter.widget-view+json" not in o.get("data", {})]
     nbformat.write(nb, path)
 
 if __name__ == "__main__":
