@@ -124,3 +124,18 @@ def test_ci_runs_the_readme_test_command():
     cmd = res.stdout.strip()
     assert "pytest" in cmd and "setup_env.sh" in cmd, cmd
     assert 'eval "$cmd"' in (ROOT / ".ci" / "run").read_text()
+
+
+def test_sidebar_lists_every_notebook_and_only_those():
+    "custom_sidebar is on, so nbs/sidebar.yml is the docs' table of contents: a notebook missing from it is missing from the site, an entry without a notebook breaks `nbdev-docs`."
+    import yaml
+    def entries(items):
+        for it in items:
+            if isinstance(it, str): yield it
+            else: yield from entries(it["contents"])
+    listed = list(entries(yaml.safe_load((NBS / "sidebar.yml").read_text())["website"]["sidebar"]["contents"]))
+    have = sorted(p.relative_to(NBS).as_posix() for p in NBS.rglob("*.ipynb")
+                  if not any(part.startswith(("_", ".")) for part in p.relative_to(NBS).parts))
+    assert len(listed) == len(set(listed)), "an entry is listed twice"
+    assert sorted(listed) == have, f"missing from sidebar.yml: {sorted(set(have) - set(listed))}; listed but absent: {sorted(set(listed) - set(have))}"
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["nbdev"]["custom_sidebar"] is True
