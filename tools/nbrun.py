@@ -16,7 +16,7 @@ def _slow(cell) -> bool:
 def run(path, skip_slow:bool=False):
     path = Path(path).resolve()
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(nb, timeout=1800, kernel_name="python3", store_widget_state=False, resources={"metadata": {"path": str(path.parent)}})
     if not skip_slow: client.execute()
     else:
         with client.setup_kernel():

@@ -20,7 +20,7 @@ def to_nb(src, dst, execute=True):
     dst = Path(dst)
     if execute:   # nbclient (a papermill dependency) runs it with nbs/ as the working directory
         from nbclient import NotebookClient
-        NotebookClient(nb, timeout=1200, kernel_name="python3", resources={"metadata": {"path": str(dst.parent.resolve())}}).execute()
+        NotebookClient(nb, timeout=1200, kernel_name="python3", store_widget_state=False, resources={"metadata": {"path": str(dst.parent.resolve())}}).execute()
     nbformat.write(nb, dst)
     subprocess.run([str(Path(sys.executable).with_name("nbdev-clean")), "--fname", str(dst)], check=True)
     subprocess.run([str(Path(sys.executable).with_name("nbdev-export"))], check=True)
