@@ -1,15 +1,15 @@
-"""Every module notebook runs under pytest: one test per notebook, so a failing cell shows up in
-the pytest summary with the notebook's name. Cells flagged with the project's `tst_flags`
+"""Every module notebook and every guide runs under pytest: one test per notebook, so a failing cell shows up in
+the pytest summary with the notebook's name (the experiment notebooks run through papermill in the suite's tests). Cells flagged with the project's `tst_flags`
 (`slow`, `gpu`) are skipped here exactly as `nbdev-test` skips them."""
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NBS = sorted(p for p in (ROOT / "nbs").glob("*.ipynb") if not p.name.startswith("_"))
+NBS = sorted(p for p in [*(ROOT / "nbs").glob("*.ipynb"), *(ROOT / "nbs" / "guides").glob("*.ipynb")] if not p.name.startswith("_"))
 
 
-@pytest.mark.parametrize("nb", NBS, ids=[p.stem for p in NBS])
+@pytest.mark.parametrize("nb", NBS, ids=[p.relative_to(ROOT / "nbs").with_suffix("").as_posix() for p in NBS])
 def test_notebook_runs(nb, capsys):
     from nbdev.config import get_config
     from nbdev.test import test_nb
