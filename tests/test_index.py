@@ -86,6 +86,7 @@ def test_filter_matching_nothing_is_a_clear_error(tiny_dirs, tmp_path):
     assert r.returncode == 2 and "matches none of the" in r.stderr and "down_proj" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow          # a minute; by default tests/test_faults.py kills builds at random write events and checks the same bytes
 def test_killed_build_resumes_byte_identical(tiny_dirs, tmp_path):
     full = tmp_path / "full"
     _index(tiny_dirs, full, "--shard-size", 16, "--grad-batch-size", 8, data="train.jsonl")
