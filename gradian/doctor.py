@@ -25,7 +25,7 @@ __all__ = ['PACKAGES', 'UNSLOTH_WINDOW', 'UNSLOTH_CONSTRAINTS', 'UNSLOTH_INSTALL
 PACKAGES = {  # distribution name -> "required" or the extra/command that installs it
     "torch": "required", "transformers": "required", "peft": "required", "datasets": "required",
     "accelerate": "required", "gguf": "required", "gradian": "required",
-    "trl": "gradian[trl]", "sentence-transformers": "gradian[cluster]", "kronfluence": "gradian[ekfac]",
+    "trl": "gradian[trl]", "sentence-transformers": "gradian[cluster]", "kronfluence": "gradian[ekfac]", "ipywidgets": "gradian[explore]",
     "torchvision": "GPU window only", "unsloth": "gradian[unsloth] (GPU)", "unsloth_zoo": "gradian[unsloth] (GPU)",
 }
 
