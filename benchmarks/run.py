@@ -50,8 +50,8 @@ def _timed(f) -> float:
 
 
 def worker_score(store: str, engine: str, queries: int, reps: int):
-    import numpy as np, torch
-    from gradian.engines import QueryVectors, make_engine, stream_top_k
+    import torch
+    from gradian.engines import QueryVectors, make_engine
     from gradian.index import GradientIndex
     idx = GradientIndex(store)
     Q = QueryVectors(torch.randn(queries, idx.dim, generator=torch.Generator().manual_seed(1)))
@@ -59,7 +59,7 @@ def worker_score(store: str, engine: str, queries: int, reps: int):
     if engine == "graddot":
         e = make_engine("graddot").fit(idx); run = lambda: e.score(Q)
     elif engine == "topk":
-        e = make_engine("graddot").fit(idx); run = lambda: stream_top_k(idx, Q.vectors, np.ones(idx.n, np.float32), 100)
+        e = make_engine("graddot").fit(idx); run = lambda: e.top_k(Q, 100)
     else:
         run = lambda: make_engine("datainf").fit(idx).score(Q)            # fit included: it reads the stored per-example terms
     run()                                                                 # warm-up: the store into the page cache

@@ -233,7 +233,8 @@ def fit(self:DataInf, index):
     self.layer_of = np.array([names.index(k) for k in keys]); self.n_layers = len(names)
     self.scale = _example_scale(index, self.normalize)
     sq = index.block_sqnorms() * self.scale[:, None] ** 2                       # (n, n_blocks)
-    self.layer_sq = sq @ np.eye(self.n_layers)[self.layer_of]                  # (n, n_layers): blocks summed into their layer
+    self.layer_sq = torch.zeros(index.n, self.n_layers, dtype=torch.float64).index_add_(   # (n, n_layers): blocks summed into their layer,
+        1, torch.from_numpy(self.layer_of), torch.from_numpy(sq).double()).numpy()           # O(n x blocks), as inverse_hvp sums its dots
     self.lam = self.lambda_scale * self.layer_sq.mean(0)                         # (n_layers,)
     if (self.lam <= 0).any(): raise GradianError("some layers have all-zero gradients, so their damping is zero", fix="check the index (were any examples' answers truncated away?)")
     return self

@@ -31,8 +31,8 @@ __all__ = ['INDEX_FORMAT', 'INDEX_VERSION', 'LOSS_RULE', 'QUERY_FIELDS', 'AUX_FI
            'INTEGRITY', 'CHUNK_ROWS', 'CHUNK_BYTES', 'WINDOW_BYTES', 'INDEX_RESULT_FIELDS', 'store_dtype',
            'auto_shard_size', 'to_store', 'as_stored', 'index_manifest', 'GradientIndex', 'index_settings',
            'block_sqnorms', 'Ranks', 'current_ranks', 'init_distributed', 'build_index', 'index_problems',
-           'verify_index', 'index_findings', 'as_float32', 'query_manifest', 'check_query_manifest', 'make_capture',
-           'settings_diff', 'describe_index']
+           'verify_index', 'index_findings', 'query_manifest', 'check_query_manifest', 'make_capture', 'settings_diff',
+           'describe_index']
 
 # %% ../nbs/08_index.ipynb #99536ce1
 INDEX_FORMAT, INDEX_VERSION = "gradian-index", 1
@@ -645,11 +645,6 @@ def index_findings(index:GradientIndex) -> list[Finding]:
         out.append(Finding("index.unverified", "info", f"the index {index.path} records no checksums (it was built by an older gradian): its shards were used unverified",
                            details=dict(index=str(index.path))))
     return out
-
-# %% ../nbs/08_index.ipynb #ea1df147
-def as_float32(a:np.ndarray, device="cpu") -> torch.Tensor:
-    "A float32 torch tensor of a (memory-mapped, read-only) shard slice (uint16 rows are bfloat16 bits); no copy when it is float32 already."
-    return as_stored(a).float().to(device)
 
 # %% ../nbs/08_index.ipynb #3a3caed4
 def query_manifest(model, tokenizer, capture:GradientCapture, module_filter=None, projection:dict|None=None) -> dict:
