@@ -90,7 +90,7 @@ def _reproducibility(model) -> dict:
     "Where the gradients were computed, and whether a rebuild there gives the same bytes."
     dev = next(model.parameters()).device.type
     return dict(device=dev, bit_reproducible=dev == "cpu",
-                note="the same inputs, settings, library versions and CPU give the same bytes" if dev == "cpu" else
+                note="the same inputs, settings, library versions, CPU and number of threads give the same bytes" if dev == "cpu" else
                      "the projection sums in a fixed order (no atomics), but the model's backward pass on this device runs kernels "
                      "(cuBLAS, attention) that are not guaranteed to repeat bit for bit: a rebuild may differ in the last bits")
 

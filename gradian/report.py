@@ -130,6 +130,13 @@ def to_json(self:Report) -> dict:
     d = {k: v for k, v in asdict(self).items() if k not in ("texts", "shown")}
     return _canon({"schema_version": SCHEMA_VERSION, **d})
 
+# %% ../nbs/16_report.ipynb #0fadbbbc
+@patch(cls_method=True)
+def from_json(cls:Report, d:dict, texts:dict|None=None) -> Report:
+    "A `Report` from its `report.json` dict (checked against the schema first); `texts`: id -> short text for the markdown."
+    validate_report(d)
+    return cls(**{k: v for k, v in d.items() if k != "schema_version"}, texts=dict(texts or {}))
+
 # %% ../nbs/16_report.ipynb #c574c46a
 @patch
 def _md_header(self:Report) -> str:

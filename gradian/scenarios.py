@@ -7,6 +7,7 @@ Docs: https://gradian-dev.github.io/gradian/scenarios.html.md"""
 # %% ../nbs/19a_scenarios.ipynb #37bfa6ec
 from __future__ import annotations
 import json, random
+from collections import Counter
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 

@@ -19,7 +19,7 @@ from .data import Example, TokenizedExample
 # %% auto #0
 __all__ = ['HOSTILE_STRINGS', 'tiny_llama', 'tiny_lora', 'chat_examples', 'random_tokenized', 'reference_per_example_grads',
            'datainf_dense', 'SupervisionProbe', 'PoisonedFinetune', 'poisoned_finetune', 'arithmetic_rows',
-           'tiny_model_folders', 'hostile_report', 'synthetic_index']
+           'tiny_model_folders', 'hostile_report', 'synthetic_index', 'folder_differences', 'assert_same_files']
 
 # %% ../nbs/21_testing.ipynb #19e91a36
 def tiny_llama(tokenizer=None, seed:int=0, vocab_size:int=97, hidden_size:int=32, intermediate_size:int=48,
@@ -244,3 +244,28 @@ def synthetic_index(path, n:int, dim:int, store_dtype:str="bfloat16", n_blocks:i
     (path/"ids.json").write_bytes(ids_raw); (path/"manifest.json").write_text(json.dumps(m, indent=1))
     (path/"synthetic.json").write_text(json.dumps(stamp))
     return GradientIndex(path)
+
+# %% ../nbs/21_testing.ipynb #885c5ede
+def _npy_gap(a:bytes, b:bytes) -> str:
+    "Shape, dtype and largest absolute difference of two .npy files' contents, or why they cannot be compared."
+    import io
+    try: x, y = (np.load(io.BytesIO(v), allow_pickle=False) for v in (a, b))
+    except Exception as e: return f"not comparable as arrays ({type(e).__name__})"
+    if x.shape != y.shape or x.dtype != y.dtype: return f"{x.shape} {x.dtype} vs {y.shape} {y.dtype}"
+    if x.dtype == np.uint16: x, y = (torch.from_numpy(v.astype(np.int16)).view(torch.bfloat16).float().numpy() for v in (x, y))   # bfloat16 bits
+    return f"{' x '.join(map(str, x.shape))} {x.dtype}, max |diff| {np.abs(x.astype(np.float64) - y.astype(np.float64)).max():.3g}"
+
+def folder_differences(a, b, skip:Sequence[str]=()) -> list[str]:
+    "One line per file (relative path) that is only in `a`, only in `b`, or differs; `.npy` lines give the largest difference."
+    a, b = Path(a), Path(b)
+    files = lambda d: {p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file() and p.name not in skip}
+    fa, fb = files(a), files(b)
+    out = [f"{k}: only in {a}" for k in sorted(fa - fb)] + [f"{k}: only in {b}" for k in sorted(fb - fa)]
+    for k in sorted(fa & fb):
+        x, y = (a/k).read_bytes(), (b/k).read_bytes()
+        if x != y: out.append(f"{k}: differs" + (f" ({_npy_gap(x, y)})" if k.endswith(".npy") else f" ({len(x)} vs {len(y)} bytes)"))
+    return out
+
+def assert_same_files(a, b, skip:Sequence[str]=(), note:str=""):
+    "Raise an AssertionError naming every file that is not byte-identical between folders `a` and `b` (files named in `skip` aside)."
+    if diff := folder_differences(a, b, skip): raise AssertionError(f"{note + ': ' if note else ''}{len(diff)} file(s) differ between {a} and {b}:\n" + "\n".join(diff[:20]))

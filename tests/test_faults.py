@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from gradian.core import GradianError
+from gradian.testing import assert_same_files
 from gradian.index import GradientIndex, build_index, index_problems, verify_index
 
 GRADIAN = str(Path(sys.executable).with_name("gradian"))
@@ -112,7 +113,7 @@ def _index_kill_check(tiny, baseline, tmp_path, points):
         assert _killed_at(lambda: _build(tiny, out), k) == signal.SIGKILL
         seen.append(_state(out) if out.exists() else "nothing")
         _build(tiny, out)                                           # the rerun: resumes
-        assert _files(out) == _files(baseline), f"killed at event {k} of {n}: the resumed index differs"
+        assert_same_files(baseline, out, note=f"killed at event {k} of {n}: the resumed index differs")
         verify_index(out)
     return n, seen
 
@@ -134,7 +135,7 @@ def test_stale_temp_files_of_a_killed_first_write_do_not_block(tiny, baseline, t
     out = tmp_path / "index"; out.mkdir()
     (out / ".manifest.json.abc123.tmp").write_text("{half")
     _build(tiny, out)
-    assert _files(out) == _files(baseline)
+    assert_same_files(baseline, out)
 
 
 # ---- analyze, killed while building (or after) its index, rerun --------------------------------------------------------
@@ -173,7 +174,7 @@ def _analyze_kill_check(finetune, tmp_path, points):
         _analyze(finetune, out)                                     # the rerun reuses (resumes) the partial index
         assert _report_minus_timings(out) == _report_minus_timings(base), f"killed at event {k} of {n}"
         for sub in [p.relative_to(base) for p in base.rglob("manifest.json") if p.parent.name != base.name]:
-            assert _files(out / sub.parent) == _files(base / sub.parent), f"killed at event {k} of {n}: {sub.parent} differs"
+            assert_same_files(base / sub.parent, out / sub.parent, note=f"killed at event {k} of {n}: {sub.parent} differs")
     return n
 
 
@@ -222,7 +223,7 @@ def test_full_disk_is_a_clear_error_and_keeps_what_was_done(tiny, baseline, tmp_
         for f in (f"shards/{k}.grads.npy", f"shards/{k}.aux.npy"):
             assert (out / f).read_bytes() == (baseline / f).read_bytes()
     _build(tiny, out)                                               # space freed: the rerun finishes the same index
-    assert _files(out) == _files(baseline)
+    assert_same_files(baseline, out)
 
 
 def test_full_disk_while_resuming_leaves_the_partial_index_intact(tiny, baseline, tmp_path, monkeypatch):
@@ -279,7 +280,7 @@ def test_read_only_folder(tiny, baseline, tmp_path, monkeypatch):
     _make_read_only(full, monkeypatch)
     assert _build(tiny, full).n == N
     monkeypatch.undo(); os.chmod(full, 0o755); os.chmod(full / "shards", 0o755)
-    assert _files(full) == _files(baseline)
+    assert_same_files(baseline, full)
     print(f"read-only folder simulated by {how}")
 
 
@@ -318,9 +319,10 @@ def test_cli_resume_with_the_data_path_spelled_another_way(tiny_dirs, cli_full, 
     (tmp_path / "link.jsonl").symlink_to(tiny_dirs / "data" / "train.jsonl")
     r = _cli(tiny_dirs, part, data=tmp_path / "link.jsonl")
     assert r.returncode == 0, r.stderr
-    assert _files(part) == _files(full)
+    assert_same_files(full, part)
     r = _cli(tiny_dirs, part, data=Path("./data/../data/train.jsonl"))    # complete already: verified, nothing rewritten
-    assert r.returncode == 0 and _files(part) == _files(full), r.stderr
+    assert r.returncode == 0, r.stderr
+    assert_same_files(full, part)
 
 
 @pytest.mark.slow
@@ -342,7 +344,7 @@ def _cli_kill_check(tiny_dirs, cli_full, tmp_path, points):
         states.append(_state(out) if out.exists() else "nothing")
         r = _cli(tiny_dirs, out)
         assert r.returncode == 0, r.stderr
-        assert _files(out) == _files(full), f"kill {j} ({states[-1]}): the resumed index differs"
+        assert_same_files(full, out, note=f"kill {j} ({states[-1]}): the resumed index differs")
     return states
 
 
@@ -353,7 +355,7 @@ def _start_check(tiny, baseline, tmp_path, ks):
         state = _state(out) if out.exists() else "nothing"
         assert state in ("nothing", "no manifest", "incomplete"), (k, state)
         _build(tiny, out)
-        assert _files(out) == _files(baseline), f"killed at event {k}"
+        assert_same_files(baseline, out, note=f"killed at event {k}")
 
 
 def test_killed_at_the_start_resumes(tiny, baseline, tmp_path):

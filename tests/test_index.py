@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from gradian.index import GradientIndex, check_query_manifest, query_manifest, make_capture
+from gradian.testing import assert_same_files
 
 GRADIAN = str(Path(sys.executable).with_name("gradian"))
 
@@ -103,7 +104,7 @@ def test_killed_build_resumes_byte_identical(tiny_dirs, tmp_path):
     with pytest.raises(Exception, match="incomplete"):
         GradientIndex(part)
     _index(tiny_dirs, part, "--shard-size", 16, "--grad-batch-size", 8, data="train.jsonl")
-    assert _files(part) == _files(full)
+    assert_same_files(full, part)
 
 
 def test_other_settings_refuse_to_resume_and_name_the_fields(tiny_dirs, tmp_path):

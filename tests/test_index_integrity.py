@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from gradian.core import GradianError
+from gradian.testing import assert_same_files
 from gradian.index import (GradientIndex, build_index, describe_index, index_findings, index_problems, verify_index,
                            _manifest_sha256, _shard_paths)
 
@@ -166,7 +167,7 @@ def test_resume_rebuilds_what_fails_its_checks(tiny, good, tmp_path, damage, cap
      "record missing": lambda: _edit(d, lambda m: m["shards"].pop("00002"))}[damage]()
     assert index_problems(d)
     _build(tiny, d, refs=dict(data="data/train.jsonl"))
-    assert _files(d) == _files(good)                              # repaired to the very bytes of the sound build
+    assert_same_files(good, d)                                    # repaired to the very bytes of the sound build
     err = capfd.readouterr().err
     if damage in ("truncated", "bit flip", "checksum edited", "record missing"): assert "rebuilding shard" in err, err
     if damage == "stray shard": assert "removing shards/00009" in err
@@ -179,7 +180,7 @@ def test_killed_between_record_and_rename_resumes(tiny, good, tmp_path):
     with pytest.raises(GradianError, match=r"incomplete \(1 of 5 shards missing: 00004\)"):
         GradientIndex(d)
     _build(tiny, d, refs=dict(data="data/train.jsonl"))
-    assert _files(d) == _files(good)
+    assert_same_files(good, d)
 
 
 def test_data_path_spelled_another_way_resumes(tiny, good, tmp_path):
@@ -187,7 +188,7 @@ def test_data_path_spelled_another_way_resumes(tiny, good, tmp_path):
     d = tmp_path / "index"; shutil.copytree(good, d)
     _g(d, 3).unlink(); _g(d, 4).unlink()
     _build(tiny, d, refs=dict(data=str(tmp_path / "elsewhere" / ".." / "data" / "train.jsonl"), model="/abs/model"))
-    assert _files(d) == _files(good)                              # the first run's refs are kept
+    assert_same_files(good, d)                                    # the first run's refs are kept
     model, tok, ex = tiny                                         # other content under the same path is still refused
     with pytest.raises(GradianError, match="built with other settings .*data"):
         _build(tiny, d, examples=ex[:-1] + [ex[0].__class__("other", ex[-1].messages)], refs=dict(data="data/train.jsonl"))

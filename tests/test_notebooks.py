@@ -1,4 +1,4 @@
-"""Every module notebook and every guide runs under pytest: one test per notebook, so a failing cell shows up in
+"""Every module notebook, guide and tutorial runs under pytest: one test per notebook, so a failing cell shows up in
 the pytest summary with the notebook's name (the experiment notebooks run through papermill in the suite's tests). Cells flagged with the project's `tst_flags`
 (`slow`, `gpu`) are skipped here exactly as `nbdev-test` skips them."""
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NBS = sorted(p for p in [*(ROOT / "nbs").glob("*.ipynb"), *(ROOT / "nbs" / "guides").glob("*.ipynb")] if not p.name.startswith("_"))
+NBS = sorted(p for d in ("", "guides", "tutorials") for p in (ROOT / "nbs" / d).glob("*.ipynb") if not p.name.startswith("_"))
 
 
 @pytest.mark.parametrize("nb", NBS, ids=[p.relative_to(ROOT / "nbs").with_suffix("").as_posix() for p in NBS])
