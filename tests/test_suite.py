@@ -53,6 +53,7 @@ def test_a_failing_notebook_leaves_its_copy_and_a_fail_verdict(tmp_path):
     assert json.loads((tmp_path / "out" / "verdict.json").read_text())["B"]["verdict"] == "FAIL"
 
 
+@pytest.mark.slow          # 4 minutes; the same property on the same model is tests/test_analyze_real.py's capital scenario, run by default
 def test_experiment_a_quick_passes_on_the_embedded_model(tmp_path):
     """Experiment A on the real embedded model, as CI runs it: the planted rows must be what is accused. Two epochs at twice
     the learning rate learn the poison in two thirds of the default's steps (about 4-5 minutes on 2 CPU cores)."""
