@@ -28,7 +28,6 @@ def buried(tmp_path_factory):
     return m, t, [e for e in ex if e.id.startswith("planted_long")], items, idx
 
 
-@pytest.mark.slow          # 5 minutes; by default tests/test_analyze_real.py checks the demo's drilled long entries name the planted sentence
 def test_per_item_query_ranks_the_buried_wrong_sentence_first(buried):
     m, t, longs, items, idx = buried
     assert len(longs) == 6
