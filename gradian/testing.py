@@ -252,8 +252,10 @@ def _npy_gap(a:bytes, b:bytes) -> str:
     try: x, y = (np.load(io.BytesIO(v), allow_pickle=False) for v in (a, b))
     except Exception as e: return f"not comparable as arrays ({type(e).__name__})"
     if x.shape != y.shape or x.dtype != y.dtype: return f"{x.shape} {x.dtype} vs {y.shape} {y.dtype}"
-    if x.dtype == np.uint16: x, y = (torch.from_numpy(v.astype(np.int16)).view(torch.bfloat16).float().numpy() for v in (x, y))   # bfloat16 bits
-    return f"{' x '.join(map(str, x.shape))} {x.dtype}, max |diff| {np.abs(x.astype(np.float64) - y.astype(np.float64)).max():.3g}"
+    from gradian.index import as_stored
+    dt = "bfloat16" if x.dtype == np.uint16 else x.dtype                    # bfloat16 is stored as its uint16 bits
+    x, y = (as_stored(v).float().numpy() for v in (x, y))
+    return f"{' x '.join(map(str, x.shape))} {dt}, max |diff| {np.abs(x.astype(np.float64) - y.astype(np.float64)).max():.3g}"
 
 def folder_differences(a, b, skip:Sequence[str]=()) -> list[str]:
     "One line per file (relative path) that is only in `a`, only in `b`, or differs; `.npy` lines give the largest difference."
