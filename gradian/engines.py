@@ -8,7 +8,9 @@ Docs: https://gradian-dev.github.io/gradian/engines.html.md"""
 from __future__ import annotations
 from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -20,9 +22,9 @@ from .config import EngineConfig
 from .index import GradientIndex
 
 # %% auto #0
-__all__ = ['LOOP_BLOCKS', 'ENGINES', 'QueryVectors', 'EngineScores', 'chunk_dots', 'block_dots', 'block_combine', 'stream_scores',
-           'TopScores', 'stream_top_k', 'register_engine', 'Engine', 'make_engine', 'GradDot', 'DataInf', 'RepSim',
-           'EKFAC']
+__all__ = ['LOOP_BLOCKS', 'ENGINES', 'QueryVectors', 'EngineScores', 'chunk_dots', 'block_dots', 'block_combine', 'map_chunks',
+           'stream_scores', 'TopScores', 'stream_top_k', 'register_engine', 'Engine', 'make_engine', 'GradDot',
+           'DataInf', 'RepSim', 'EKFAC']
 
 # %% ../nbs/09_engines.ipynb #4edcd5c4
 @dataclass
@@ -45,10 +47,10 @@ class EngineScores:
     params: dict
 
 # %% ../nbs/09_engines.ipynb #d48e91fa
-def _runs(index:GradientIndex) -> list[tuple[int, int, int, int]]:
-    "(first block, number of blocks, width, column offset) of runs of consecutive equal-width blocks."
+def _runs(blocks:list[dict]) -> list[tuple[int, int, int, int]]:
+    "(first block, number of blocks, width, column offset) of runs of consecutive equal-width blocks (dicts with `dim` and `offset`)."
     runs = []
-    for i, b in enumerate(index.blocks):
+    for i, b in enumerate(blocks):
         if runs and runs[-1][2] == b["dim"] and runs[-1][3] + runs[-1][1] * b["dim"] == b["offset"]: runs[-1][1] += 1
         else: runs.append([i, 1, b["dim"], b["offset"]])
     return [tuple(r) for r in runs]
@@ -89,17 +91,35 @@ def _example_scale(index:GradientIndex, normalize:str) -> np.ndarray:
     with np.errstate(divide="ignore"):            # an all-zero row (an example the index excluded) keeps scale 0, not 1e30 (whose square overflows)
         return np.where(norms > 0, 1.0 / norms, 0.0).astype(np.float32)
 
+# %% ../nbs/09_engines.ipynb #daa6cb65
+def map_chunks(index:GradientIndex, fn:Callable, workers:int|None=None) -> Iterator:
+    "(first row, number of rows, fn(first row, chunk)) over the store in order, chunks spread over `workers` single-threaded workers."
+    workers = workers or torch.get_num_threads()
+    if workers <= 1:
+        for start, G in index.chunks(): yield start, len(G), fn(start, G)
+        return
+    threads = torch.get_num_threads(); torch.set_num_threads(1)          # the workers inherit it; restored when the pass ends
+    try:
+        with ThreadPoolExecutor(workers) as ex:
+            pending = deque()
+            for start, G in index.chunks(window=0):                           # each chunk its own mapped window: what is
+                pending.append((start, len(G), ex.submit(fn, start, G)))
+                if len(pending) >= 2 * workers: s, k, f = pending.popleft(); yield s, k, f.result()   # resident is the chunks in flight
+            while pending: s, k, f = pending.popleft(); yield s, k, f.result()
+    finally: torch.set_num_threads(threads)
+
 # %% ../nbs/09_engines.ipynb #6c400161
 def stream_scores(index:GradientIndex, Qp:torch.Tensor, scale:np.ndarray, per_block:bool=False):
     "scores (n, m) = scale_i (g_i · Qp_j), one pass over the store; per-block products too when asked."
     n, m, Qp = index.n, Qp.shape[0], Qp.float()
     S = np.zeros((n, m), dtype=np.float64)
     P = np.zeros((n, m, len(index.blocks)), dtype=np.float32) if per_block else None
-    runs = _runs(index) if per_block else None
-    for start, G in index.chunks():
-        s = scale[start:start + len(G), None]
-        S[start:start + len(G)] = chunk_dots(G, Qp).numpy() * s
-        if per_block: P[start:start + len(G)] = block_dots(G, Qp, runs).numpy() * s[:, :, None]
+    runs = _runs(index.blocks) if per_block else None
+    def part(start, G): return chunk_dots(G, Qp).numpy(), block_dots(G, Qp, runs).numpy() if per_block else None
+    for start, k, (dots, blocks) in map_chunks(index, part):
+        s = scale[start:start + k, None]
+        S[start:start + k] = dots * s
+        if per_block: P[start:start + k] = blocks * s[:, :, None]
     return S, P
 
 # %% ../nbs/09_engines.ipynb #eb55ea92
@@ -118,9 +138,11 @@ def stream_top_k(index:GradientIndex, Qp:torch.Tensor, scale:np.ndarray, k:int, 
     "The `k` lowest (most harmful) scores of each query, or with `harmful=False` the highest, by a running top-k over one pass."
     Qp, m, sign = Qp.float(), Qp.shape[0], -1.0 if harmful else 1.0
     vals, rows = torch.empty(0, m, dtype=torch.float64), torch.empty(0, m, dtype=torch.long)
-    for start, G in index.chunks():
+    def chunk_top(start, G):                                                   # the chunk's own top k, in its worker
         s = chunk_dots(G, Qp).double() * torch.from_numpy(scale[start:start + len(G)]).double()[:, None] * sign
-        v, r = torch.cat([vals, s]), torch.cat([rows, torch.arange(start, start + len(G))[:, None].expand(-1, m)])
+        top = s.topk(min(k, len(s)), dim=0); return top.values, top.indices + start
+    for _, _, (v, r) in map_chunks(index, chunk_top):                           # merged with the best k so far
+        v, r = torch.cat([vals, v]), torch.cat([rows, r])
         top = v.topk(min(k, len(v)), dim=0)
         vals, rows = top.values, r.gather(0, top.indices)
     return TopScores(sign * vals.numpy(), rows.numpy(), [[index.ids[i] for i in col] for col in rows.T.tolist()])
@@ -222,6 +244,15 @@ class DataInf(Engine):
     def example_scale(self): return self.scale
     def score(self, q, per_block=False): return self.score_gradients(q, per_block)
 
+# %% ../nbs/09_engines.ipynb #3cfa8ec3
+def _layer_spans(blocks:list[dict], layer_of:np.ndarray) -> tuple[list[dict], np.ndarray]:
+    "Adjacent blocks of one layer merged into spans (`dim`, `offset`), and the layer of each span."
+    spans, layer = [], []
+    for b, l in zip(blocks, layer_of):
+        if spans and layer[-1] == l and spans[-1]["offset"] + spans[-1]["dim"] == b["offset"]: spans[-1]["dim"] += b["dim"]
+        else: spans.append(dict(dim=b["dim"], offset=b["offset"])); layer.append(l)
+    return spans, np.array(layer, dtype=np.int64)
+
 # %% ../nbs/09_engines.ipynb #189d85e8
 @patch
 def fit(self:DataInf, index):
@@ -236,6 +267,7 @@ def fit(self:DataInf, index):
     self.layer_sq = torch.zeros(index.n, self.n_layers, dtype=torch.float64).index_add_(   # (n, n_layers): blocks summed into their layer,
         1, torch.from_numpy(self.layer_of), torch.from_numpy(sq).double()).numpy()           # O(n x blocks), as inverse_hvp sums its dots
     self.lam = self.lambda_scale * self.layer_sq.mean(0)                         # (n_layers,)
+    self.spans, self.span_layer = _layer_spans(index.blocks, self.layer_of)
     if (self.lam <= 0).any(): raise GradianError("some layers have all-zero gradients, so their damping is zero", fix="check the index (were any examples' answers truncated away?)")
     return self
 
@@ -243,16 +275,16 @@ def fit(self:DataInf, index):
 @patch
 def inverse_hvp(self:DataInf, Q:torch.Tensor) -> torch.Tensor:
     "H^-1 q for each query row, in the index's layout."
-    idx, runs = self.index, _runs(self.index)
-    lo = torch.from_numpy(self.layer_of); lam = torch.from_numpy(self.lam).float()
+    idx, runs = self.index, _runs(self.spans)                                    # a layer's adjacent blocks are one span: one product each
+    lo = torch.from_numpy(self.span_layer); lam = torch.from_numpy(self.lam).float()
     Q = Q.float()
     def part(start, G):                                                           # u = sum_i c_i g_i over one chunk
         s = torch.from_numpy(self.scale[start:start + len(G)])[:, None, None]
-        dots = block_dots(G, Q, runs) * s                                         # (n_c, m, n_blocks): (s_i g_i) . q, block by block
+        dots = block_dots(G, Q, runs) * s                                         # (n_c, m, n_spans): (s_i g_i) . q, span by span
         ldots = torch.zeros(len(G), Q.shape[0], self.n_layers).index_add_(2, lo, dots)
         c = ldots / (lam + torch.from_numpy(self.layer_sq[start:start + len(G)]).float()[:, None, :])
-        return block_combine(c[:, :, lo] * s, G, runs)                           # the coefficient of each stored row, block by block
-    U = sum((part(start, G) for start, G in idx.chunks()), torch.zeros(Q.shape[0], idx.dim, dtype=torch.float64))   # one pass over the store
+        return block_combine(c[:, :, lo] * s, G, runs)                           # the coefficient of each stored row, span by span
+    U = sum((u for _, _, u in map_chunks(idx, part)), torch.zeros(Q.shape[0], idx.dim, dtype=torch.float64))   # one pass over the store
     lam_cols = torch.cat([lam[lo[first:first + L]].repeat_interleave(d) for first, L, d, off in runs])
     return ((Q.double() - U / idx.n) / lam_cols.double()).float()
 
