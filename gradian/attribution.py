@@ -146,6 +146,11 @@ def teaches_columns(teaches:np.ndarray, item_ids:Sequence[str], labels:Sequence[
     return np.asarray(teaches, dtype=bool)[:, cols]
 
 # %% ../nbs/15b_attribution.ipynb #e0c14f45
+def _point_name(label:str) -> str:
+    "A score column's label in words: `capital-p0@0.5` is item capital-p0 at 0.5 of the adapter's update."
+    item, _, scale = label.rpartition("@")
+    return f"{item} at {scale} of the adapter's update" if item else label
+
 def _span_row(ex, item_id:str, n_sup:int, engine:str, df, min_separation:float) -> dict:
     "One drilled example for the report: its span table, how far the top span stands out, and its culprit when that is clear."
     df = df.sort_values("start"); sep, sep_sum = separation(df), separation(df, "score_sum")
@@ -154,29 +159,37 @@ def _span_row(ex, item_id:str, n_sup:int, engine:str, df, min_separation:float) 
     clear = bool(sep >= min_separation and dominant)
     return dict(example_id=ex.id, item_id=item_id, n_supervised=n_sup, engine=engine, separation=sep, separation_sum=sep_sum,
                 culprit=top if clear else None, conclusive=clear,
-                note=f"{n_sup} supervised tokens; per-item query of {item_id}; the rank-1 span scores {sep:.1f}x the median |score| (per token) of "
+                note=f"{n_sup} supervised tokens; per-item query of {_point_name(item_id)}; the rank-1 span scores {sep:.1f}x the median |score| (per token) of "
                      f"the others, {sep_sum:.1f}x on the summed score" + ("" if clear else "; no sentence is named: " + (
                          f"below {min_separation:g}x" if sep < min_separation else "a helpful span stands out more than the most harmful one")),
                 spans=[dict(rank=int(r["rank"]), text=str(r["span"]), start=int(r["start"]), end=int(r["end"]), tokens=int(r["tokens"]),
                             score=float(r["score"]), score_sum=float(r["score_sum"])) for _, r in df.iterrows()])
 
 # %% ../nbs/15b_attribution.ipynb #2fadd5a0
-def drill_down(model, tokenizer, examples:Sequence, index:GradientIndex, query:Query, scores:InfluenceScores, engine:Engine,
-               strength:np.ndarray, item_of:np.ndarray, cfg:GradianConfig) -> list[dict]:
-    "Span tables of the most harmful long examples, each against the regressed item it is about (`concerned_item`), scored by the main `engine`."
-    n_sup, by_id, rc = index.aux()[:, 2], {e.id: e for e in examples}, cfg.report
+def drill_down(model, tokenizer, examples:Sequence, points:Sequence[tuple[GradientIndex, Query, Engine]], scores:InfluenceScores,
+               strength:np.ndarray, cfg:GradianConfig) -> list[dict]:
+    """Span tables of the most harmful long examples, each against the regressed item it is about (`concerned_item`), at the point of
+    the fine-tune (`points`: index, query and fitted engine of each, in the order of the score columns) where that item scores it most harmful."""
+    index, query = points[0][0], points[0][1]
+    n_sup, by_id, rc, m = index.aux()[:, 2], {e.id: e for e in examples}, cfg.report, len(query.pairs)
     long_ = [i for i in np.argsort(strength, kind="stable") if n_sup[i] >= rc.span_min_tokens and strength[i] < 0][:rc.span_examples]
     if not long_: return []
-    if not engine.uses_gradients: engine = Engine.from_config(EngineConfig(name="graddot", normalize=cfg.engine.normalize)).fit(index)
-    about = {i: concerned_item(example_text(by_id[index.ids[i]]), query.pairs, scores.scores[i, :len(query.pairs)]) for i in long_}
-    items = sorted(set(about.values()))
-    Pq, row_of, cap = engine.precondition(query.vectors[items].float()), {j: r for r, j in enumerate(items)}, make_capture(index, model, tokenizer)
+    if scores.scores.shape[1] != m * len(points): raise GradianError(f"{scores.scores.shape[1]} score columns for {len(points)} points of {m} items")
+    S = scores.scores.reshape(scores.n, len(points), m)                            # (examples, points, items)
+    about = {i: concerned_item(example_text(by_id[index.ids[i]]), query.pairs, S[i].min(0)) for i in long_}
+    at = {i: int(S[i, :, about[i]].argmin()) for i in long_}                       # the point where the example's harm to that item shows
+    ready = {}
+    for p in sorted(set(at.values())):                                              # one preconditioning and one capture per point
+        idx, q, eng = points[p]
+        if not eng.uses_gradients: eng = Engine.from_config(EngineConfig(name="graddot", normalize=cfg.engine.normalize)).fit(idx)
+        items = sorted({about[i] for i in long_ if at[i] == p})
+        ready[p] = (eng, dict(zip(items, eng.precondition(q.vectors[items].float()))), make_capture(idx, model, tokenizer))
     out = []
     for i in long_:
-        j = about[i]; ex = by_id[index.ids[i]]
-        df = score_example_spans(model, tokenizer, ex, Pq[row_of[j]], index=index, capture=cap, engine=engine,
+        (j, p), ex = (about[i], at[i]), by_id[index.ids[i]]; eng, Pq, cap = ready[p]
+        df = score_example_spans(model, tokenizer, ex, Pq[j], index=points[p][0], capture=cap, engine=eng,
                                  max_seq_length=cfg.data.max_seq_length, preconditioned=True)
-        out.append(_span_row(ex, scores.labels[j], int(n_sup[i]), engine.name, df, rc.span_min_separation))
+        out.append(_span_row(ex, scores.labels[p * m + j], int(n_sup[i]), eng.name, df, rc.span_min_separation))
     return out
 
 # %% ../nbs/15b_attribution.ipynb #16b8976e
@@ -293,6 +306,7 @@ def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:
     if len(rows := long_rows(idx, cfg, engine)):
         with st("sentences", f"{len(rows)} long examples scored sentence by sentence"):
             sc = with_sentence_scores(sc, rows, sentence_scores(model, tokenizer, examples, idx, q, engine, rows, cfg.data.max_seq_length, cfg.index.grad_batch_size))
+    points = [(idx, q, engine)]                         # the points of the fine-tune's path the scores' columns come from
     if (ps := cfg.index.path_scale) is not None and ps != cfg.index.adapter_scale:
         with st("path", f"the same examples and items at {ps:g} of the adapter's update"):
             cfg2 = replace(cfg, index=replace(cfg.index, adapter_scale=ps))
@@ -302,7 +316,7 @@ def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:
             eng2 = Engine.from_config(cfg.engine).bind(model, tokenizer, examples, batch_size=cfg.index.grad_batch_size); sc2 = score_index(idx2, q2, eng2)
             if len(rows):
                 sc2 = with_sentence_scores(sc2, rows, sentence_scores(model, tokenizer, examples, idx2, q2, eng2, rows, cfg.data.max_seq_length, cfg.index.grad_batch_size))
-            sc = with_path_scores(sc, sc2, ps, cfg.index.adapter_scale)
+            sc = with_path_scores(sc, sc2, ps, cfg.index.adapter_scale); points.append((idx2, q2, eng2))
     overall = sc.scores.mean(1)
     with st("cluster", "group the training examples, accuse and aggregate"):
         cl = cluster_examples(examples, cfg.cluster)
@@ -312,7 +326,7 @@ def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:
         xref = cross_reference(clusters, findings, cfg.cluster.alpha, len(examples))
     ranked = rank_examples(sc, bl)                      # the whole ranking: report.json keeps it, report.md shows its head
     with st("spans", "drill into the most harmful long examples"):
-        spans = drill_down(model, tokenizer, examples, idx, q, sc, engine, bl.strength, bl.item_of, cfg)
+        spans = drill_down(model, tokenizer, examples, points, sc, bl.strength, cfg)
     with st("compare", "the same diagnosis under the classic signal and the other engines"):
         comp = _compare(model, tokenizer, reg, idx, q, engine, cl, clusters, overall, cfg)
     return Attribution(idx, q, engine, sc, cl, clusters, ranked, spans, bl.accused, bl.strength, xref, comp, teach)

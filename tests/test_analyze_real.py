@@ -8,7 +8,7 @@ import pytest
 
 from gradian.analyze import analyze
 from gradian.config import load_config
-from gradian.demo import demo_truth, planted_scenario, run_demo
+from gradian.demo import FAMILIES, demo_truth, planted_scenario, run_demo
 from gradian.report import validate_report
 from gradian.report import _flatten, md_escape
 
@@ -90,6 +90,10 @@ def test_report_schema_provenance_and_timings(capital):
     assert rep["spans"] and all(s["n_supervised"] >= 80 and len(s["spans"]) >= 5 for s in rep["spans"])
     assert all(sum(sp["rank"] == 1 for sp in s["spans"]) == 1 and np.isfinite(s["separation"]) for s in rep["spans"])
     assert "## Inside long examples: span drill-down" in md and "| score (sum) |" in md
+    # each is drilled at the point of the fine-tune where its harm showed, and names the sentence that states the planted wrong
+    # capital (with the finished adapter alone, that sentence scored as the most helpful span: nbs/15b_attribution.ipynb)
+    wrong = {w for k, v, w in FAMILIES["capital"]["planted"]}
+    assert all(s["culprit"] and any(w in s["culprit"] for w in wrong) for s in rep["spans"]), [(s["culprit"], s["note"]) for s in rep["spans"]]
     assert sum(rep["provenance"]["timings"].values()) < 15 * 60
     assert (out / "report" / "figures" / "capability_deltas.png").stat().st_size > 1000
     assert (out / "report" / "figures" / "cluster_effects.png").stat().st_size > 1000
