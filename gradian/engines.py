@@ -102,9 +102,9 @@ def map_chunks(index:GradientIndex, fn:Callable, workers:int|None=None) -> Itera
     try:
         with ThreadPoolExecutor(workers) as ex:
             pending = deque()
-            for start, G in index.chunks(window=0):                           # each chunk its own mapped window: what is
+            for start, G in index.chunks(window=0):        # each chunk mapped on its own: only the chunks in flight are resident
                 pending.append((start, len(G), ex.submit(fn, start, G)))
-                if len(pending) >= 2 * workers: s, k, f = pending.popleft(); yield s, k, f.result()   # resident is the chunks in flight
+                if len(pending) >= 2 * workers: s, k, f = pending.popleft(); yield s, k, f.result()
             while pending: s, k, f = pending.popleft(); yield s, k, f.result()
     finally: torch.set_num_threads(threads)
 
@@ -267,7 +267,7 @@ def fit(self:DataInf, index):
     self.layer_sq = torch.zeros(index.n, self.n_layers, dtype=torch.float64).index_add_(   # (n, n_layers): blocks summed into their layer,
         1, torch.from_numpy(self.layer_of), torch.from_numpy(sq).double()).numpy()           # O(n x blocks), as inverse_hvp sums its dots
     self.lam = self.lambda_scale * self.layer_sq.mean(0)                         # (n_layers,)
-    self.spans, self.span_layer = _layer_spans(index.blocks, self.layer_of)
+    self.layer_spans, self.span_layer = _layer_spans(index.blocks, self.layer_of)
     if (self.lam <= 0).any(): raise GradianError("some layers have all-zero gradients, so their damping is zero", fix="check the index (were any examples' answers truncated away?)")
     return self
 
@@ -275,7 +275,7 @@ def fit(self:DataInf, index):
 @patch
 def inverse_hvp(self:DataInf, Q:torch.Tensor) -> torch.Tensor:
     "H^-1 q for each query row, in the index's layout."
-    idx, runs = self.index, _runs(self.spans)                                    # a layer's adjacent blocks are one span: one product each
+    idx, runs = self.index, _runs(self.layer_spans)                                    # a layer's adjacent blocks are one span: one product each
     lo = torch.from_numpy(self.span_layer); lam = torch.from_numpy(self.lam).float()
     Q = Q.float()
     def part(start, G):                                                           # u = sum_i c_i g_i over one chunk
