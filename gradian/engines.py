@@ -72,7 +72,7 @@ def block_dots(G:torch.Tensor, Q:torch.Tensor, runs) -> torch.Tensor:
     for first, L, d, off in runs:
         if L <= LOOP_BLOCKS: out += [(G[:, o:o + d] @ Q[:, o:o + d].T).float()[:, :, None] for o in range(off, off + L * d, d)]
         else: out.append(torch.einsum("nld,mld->nml", G[:, off:off + L * d].reshape(len(G), L, d), Q[:, off:off + L * d].reshape(len(Q), L, d)).float())
-    return torch.cat(out, 2)
+    return out[0] if len(out) == 1 else torch.cat(out, 2)
 
 def block_combine(C:torch.Tensor, G:torch.Tensor, runs) -> torch.Tensor:
     "(m, D) float64: row j is sum_i C[i, j, b] G[i, block b] for each block b, the transpose of `block_dots` (C is (n, m, n_blocks))."
@@ -269,6 +269,8 @@ def fit(self:DataInf, index):
     self.lam = self.lambda_scale * self.layer_sq.mean(0)                         # (n_layers,)
     self.layer_spans, self.span_layer = _layer_spans(index.blocks, self.layer_of)
     if (self.lam <= 0).any(): raise GradianError("some layers have all-zero gradients, so their damping is zero", fix="check the index (were any examples' answers truncated away?)")
+    self.shared_layers = len(set(self.span_layer.tolist())) < len(self.span_layer)   # a layer split into spans by another's blocks
+    self.span_coef = torch.from_numpy((self.scale.astype(np.float64)[:, None] ** 2 / (self.lam + self.layer_sq))[:, self.span_layer]).float()   # c_i = coef_i (g_i . q)
     return self
 
 # %% ../nbs/09_engines.ipynb #de098bc3
@@ -279,11 +281,9 @@ def inverse_hvp(self:DataInf, Q:torch.Tensor) -> torch.Tensor:
     lo = torch.from_numpy(self.span_layer); lam = torch.from_numpy(self.lam).float()
     Q = Q.float()
     def part(start, G):                                                           # u = sum_i c_i g_i over one chunk
-        s = torch.from_numpy(self.scale[start:start + len(G)])[:, None, None]
-        dots = block_dots(G, Q, runs) * s                                         # (n_c, m, n_spans): (s_i g_i) . q, span by span
-        ldots = torch.zeros(len(G), Q.shape[0], self.n_layers).index_add_(2, lo, dots)
-        c = ldots / (lam + torch.from_numpy(self.layer_sq[start:start + len(G)]).float()[:, None, :])
-        return block_combine(c[:, :, lo] * s, G, runs)                           # the coefficient of each stored row, span by span
+        dots = block_dots(G, Q, runs)                                             # (n_c, m, n_spans): g_i . q, span by span
+        if self.shared_layers: dots = torch.zeros(len(G), Q.shape[0], self.n_layers).index_add_(2, lo, dots)[:, :, lo]   # a layer's spans share its sum
+        return block_combine(dots * self.span_coef[start:start + len(G), None, :], G, runs)   # the coefficient of each stored row, span by span
     U = sum((u for _, _, u in map_chunks(idx, part)), torch.zeros(Q.shape[0], idx.dim, dtype=torch.float64))   # one pass over the store
     lam_cols = torch.cat([lam[lo[first:first + L]].repeat_interleave(d) for first, L, d, off in runs])
     return ((Q.double() - U / idx.n) / lam_cols.double()).float()

@@ -58,6 +58,17 @@ def test_datainf_equals_dense_formula(index, Q, lambda_scale, layer, normalize):
     assert np.abs(ours - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
+@pytest.mark.parametrize("normalize", ["none", "l2"])
+def test_datainf_layer_split_by_another_layers_blocks(index, Q, normalize):
+    "A layer whose blocks are not adjacent (blocks 0, 2, 4, ... one layer; 1, 3, 5, ... another) still gets one damping and one sum."
+    import copy
+    ix = copy.copy(index); ix.manifest = dict(index.manifest, blocks=[dict(b, module=f"m{i % 2}") for i, b in enumerate(index.blocks)])
+    e = make_engine("datainf", normalize=normalize).fit(ix)
+    assert e.shared_layers and e.n_layers == 2
+    ref = datainf_reference(ix.grads().astype(np.float64), Q.double().numpy(), ix.blocks, 0.1, "module", normalize)
+    assert np.abs(e.score(QueryVectors(Q)).scores - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
 def test_graddot_equals_explicit_dot_product(index, Q):
     G = index.grads().astype(np.float64)
     r = make_engine("graddot").fit(index).score(QueryVectors(Q), per_block=True)
