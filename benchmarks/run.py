@@ -13,6 +13,9 @@ Rows:
                         of the scoring process (interpreter and torch included)
   graddot top-100       the same pass keeping only a running top-100 per query
   datainf               fit + score on the same store, as a multiple of graddot's time (it reads the store twice)
+  datainf / graddot     the same ratio measured in pairs: graddot and datainf timed alternately in one process (10 rounds,
+                        who goes first alternating), the median of the per-round ratios; this machine's speed drifts by
+                        10-20% between runs, which the separate best-of figures above do not cancel
   float16 / float32     a smaller store of the same shape in the other types: the measurement behind --fp16-store
                         storing bfloat16 (PyTorch's CPU float16 product runs far below memory bandwidth)
   analyze stages        each stage's share of one `analyze` of a tiny poisoned fine-tune
@@ -60,6 +63,11 @@ def worker_score(store: str, engine: str, queries: int, reps: int):
         e = make_engine("graddot").fit(idx); run = lambda: e.score(Q)
     elif engine == "topk":
         e = make_engine("graddot").fit(idx); run = lambda: e.top_k(Q, 100)
+    elif engine == "pair":                                                # graddot and datainf alternating in one process: a ratio per round
+        g = make_engine("graddot").fit(idx); gd, di = lambda: g.score(Q), lambda: make_engine("datainf").fit(idx).score(Q)
+        gd(); di(); rounds = [(_timed(gd), _timed(di)) if r % 2 else (_timed(di), _timed(gd))[::-1] for r in range(reps)]   # (graddot, datainf), who goes first alternating
+        ratios = sorted(d / g for g, d in rounds)
+        print("RESULT " + json.dumps(dict(ratio_median=statistics.median(ratios), ratio_lo=ratios[0], ratio_hi=ratios[-1], rounds=rounds))); return
     else:
         run = lambda: make_engine("datainf").fit(idx).score(Q)            # fit included: it reads the stored per-example terms
     run()                                                                 # warm-up: the store into the page cache
@@ -144,6 +152,10 @@ def table(r: dict) -> str:
         extra = f", {s['x_graddot']:.2f}x graddot's time" if "x_graddot" in s else ""
         row(name, f"{gbs:.1f} GB/s", f"{gbs / bw:.0%} of read bw{extra}",
             f"{s['bytes'] / 1e9:.2f} GB store, {s['seconds']:.2f} s, peak RSS {s['peak_rss'] / 2**20:,.0f} MB")
+    if "paired" in r:
+        p = r["paired"]
+        row("datainf / graddot, paired", f"{p['ratio_median']:.2f}x", f"median of {len(p['rounds'])} rounds ({p['ratio_lo']:.2f}-{p['ratio_hi']:.2f}x)",
+            "both timed in one process, alternating: drift of this machine cancels")
     if "analyze" in r:
         st, tot = r["analyze"]["stages"], r["analyze"]["total"]
         row("analyze (tiny fine-tune)", f"{tot:.1f} s", "stage shares below", f"verdict {r['analyze']['verdict']}, peak RSS {r['analyze']['peak_rss'] / 2**20:,.0f} MB")
@@ -188,6 +200,7 @@ def main(argv=None):
     sc["graddot top-100"] = _run(["--worker", "score", "--store", big, "--engine", "topk", "--queries", a.queries, "--reps", a.reps])
     sc[f"datainf, {a.queries} queries"] = d = _run(["--worker", "score", "--store", big, "--engine", "datainf", "--queries", a.queries, "--reps", a.reps])
     d["x_graddot"] = d["seconds"] / sc[f"graddot, {a.queries} queries"]["seconds"]
+    r["paired"] = _run(["--worker", "score", "--store", big, "--engine", "pair", "--queries", a.queries, "--reps", max(a.reps, 2 if a.quick else 10)])
     for t in ("float16", "float32"):
         sc[f"graddot, {t} store"] = _run(["--worker", "score", "--store", str(stores[t].path), "--engine", "graddot", "--queries", a.queries, "--reps", a.reps])
     r["scoring"] = sc

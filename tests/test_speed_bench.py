@@ -33,6 +33,15 @@ def test_scoring_memory_stays_flat(store, engine):
     assert r["peak_rss"] - r["rss_before"] < 200e6, f"{engine}: resident memory grew by {(r['peak_rss'] - r['rss_before']) / 1e6:.0f} MB"
 
 
+def test_paired_ratio_comes_from_its_rounds(store):
+    "The paired DataInf/graddot worker times both in each round and reports the median and range of the per-round ratios."
+    import statistics
+    r = _result("--worker", "score", "--store", store.path, "--engine", "pair", "--queries", 8, "--reps", 3)
+    ratios = sorted(d / g for g, d in r["rounds"])
+    assert len(ratios) == 3 and all(g > 0 and d > 0 for g, d in r["rounds"])
+    assert (r["ratio_lo"], r["ratio_median"], r["ratio_hi"]) == (ratios[0], statistics.median(ratios), ratios[-1])
+
+
 def test_gpu_worker_code_path_on_cpu():
     r = _result("--worker", "gpu-score", "--device", "cpu", "--gpu-store-gb", 0.02, "--gpu-queries", "1,8", "--reps", 1)
     assert [q["queries"] for q in r["rows"]] == [1, 8] and all(q["gbs"] > 0 for q in r["rows"]) and r["store_gb"] > 0.019
