@@ -22,7 +22,7 @@ from .engines import Engine
 from .grads.capture import iter_batches, supervised_losses
 from .model.core import load_model
 from .query.scorer import score_index
-from .suite import RAISE, SuiteParams, Verdict, device_name, retrain_without, round_one, rows_without
+from .suite import RAISE, SuiteParams, Verdict, device_name, retrain_without, round_one
 
 # %% auto #0
 __all__ = ['DAMPING_SWEEP', 'PROJECTION_SWEEP', 'query_loss', 'cluster_effects', 'spearman_ci', 'random_baseline', 'full_retrain',
@@ -72,10 +72,7 @@ def random_baseline(labels:np.ndarray, k:int, true, n_draws:int=1000, seed:int=0
 def full_retrain(p:SuiteParams, train, out, model:str) -> tuple[Path, int]:
     """The fine-tune retrained on every row, `out/full/adapter`, and its optimizer steps (what each removal then trains for).
     Reused when that folder already holds a run on the same rows under the same settings, so LCO and LDS share one."""
-    a = Path(out)/"full"/"adapter"; man = a/"train_manifest.json"
-    if not (man.is_file() and (Path(out)/"full"/"train.jsonl").read_text() == rows_without(train, [])
-            and all(json.loads(man.read_text())["training"].get(k) == v for k, v in p.training().items())):
-        a = retrain_without(p, train, [], Path(out)/"full", model)
+    a = retrain_without(p, train, [], Path(out)/"full", model)                    # reused when already there (retrain_without checks)
     return a, json.loads((a/"train_manifest.json").read_text())["result"]["global_step"]
 
 def engine_scores(name:str, model, tokenizer, examples, index, query, batch_size:int=8, **settings) -> tuple:

@@ -280,11 +280,22 @@ def rows_without(train, drop) -> str:
     return "\n".join(l for l in Path(train).read_text().splitlines() if l.strip() and json.loads(l)["id"] not in drop) + "\n"
 
 # %% ../nbs/22_suite.ipynb #37cd4ad0
+def _trained_on(out:Path, rows:str, model:str, settings:dict) -> bool:
+    "Whether `out` holds a finished training (its manifest is written last) on exactly `rows`, from `model`, under `settings`."
+    man, data = out/"adapter"/"train_manifest.json", out/"train.jsonl"
+    if not (man.is_file() and data.is_file() and data.read_text() == rows): return False
+    m = json.loads(man.read_text())
+    return m["model"].get("ref") == model and all(m["training"].get(k) == v for k, v in settings.items())
+
 def retrain_without(p:SuiteParams, train, drop, out, model:str, **training) -> Path:
-    "Train a LoRA adapter on `train` without the ids in `drop`, under the run's settings and seed (`training` overrides some, e.g. `max_steps`); returns `out/adapter`."
+    """Train a LoRA adapter on `train` without the ids in `drop`, under the run's settings and seed (`training` overrides some, e.g.
+    `max_steps`); returns `out/adapter`. A finished run already in `out` on the same rows, model and settings is reused (training is
+    seeded), so a batch of retrainings cut off part way resumes where it stopped."""
     from gradian.model.training import train_adapter
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
-    (out/"train.jsonl").write_text(rows_without(train, drop))
+    rows = rows_without(train, drop)
+    if _trained_on(out, rows, model, {**p.training(), **training, "backend": p.backend, "max_seq_length": p.max_seq_length}): return out/"adapter"
+    (out/"train.jsonl").write_text(rows)
     train_adapter(out/"train.jsonl", out/"adapter", model=model, backend=p.backend, max_seq_length=p.max_seq_length, overwrite=True,
                   progress=False, log=None, **{**p.training(), **training})
     return out/"adapter"

@@ -33,3 +33,22 @@ def test_leave_cluster_out_on_the_tiny_model(tmp_path):
     lds = datamodel_score(p, tr, idx, q, ref, adapter, tmp_path / "lco", n_subsets=3)       # reuses the full run above
     assert set(lds["engines"]) == {"datainf", "graddot"} and len(lds["measured"]) == 3 and all(np.isfinite(lds["measured"]))
     assert lds["random"]["lo"] < 0 < lds["random"]["hi"]
+
+
+def test_a_finished_retraining_is_reused_and_no_other(tmp_path):
+    "retrain_without reuses a finished run in its folder only on the same rows and settings; one cut off before its manifest trains again."
+    p = SuiteParams(n_clean=10, projection_dim=None).check()
+    sc = build_scenario(ScenarioSpec("t", p.family, "sentence", p.poison_fraction, decoys=("format",), n_clean=p.n_clean, seed=p.seed))
+    tr, _ = sc.write(tmp_path / "data")
+    ref, drop = suite_model(p, tmp_path), sc.culprits[:2]
+    weights = lambda: (tmp_path / "r" / "adapter" / "adapter_model.safetensors").stat().st_mtime_ns
+    retrain_without(p, tr, drop, tmp_path / "r", ref); first = weights()
+    retrain_without(p, tr, drop, tmp_path / "r", ref)
+    assert weights() == first                                                       # same rows, model, settings: reused
+    for change in (dict(drop=sc.culprits[:3]), dict(max_steps=2)):                 # other rows, another setting: trained again
+        before = weights()
+        retrain_without(p, tr, change.get("drop", drop), tmp_path / "r", ref, **{k: v for k, v in change.items() if k != "drop"})
+        assert weights() != before, change
+    (tmp_path / "r" / "adapter" / "train_manifest.json").unlink()                   # cut off before the manifest: not finished
+    before = weights(); retrain_without(p, tr, sc.culprits[:3], tmp_path / "r", ref, max_steps=2)
+    assert weights() != before
