@@ -263,14 +263,14 @@ def fit(self:DataInf, index):
     names = list(dict.fromkeys(keys))
     self.layer_of = np.array([names.index(k) for k in keys]); self.n_layers = len(names)
     self.scale = _example_scale(index, self.normalize)
-    sq = index.block_sqnorms() * self.scale[:, None] ** 2                       # (n, n_blocks)
-    self.layer_sq = torch.zeros(index.n, self.n_layers, dtype=torch.float64).index_add_(   # (n, n_layers): blocks summed into their layer,
-        1, torch.from_numpy(self.layer_of), torch.from_numpy(sq).double()).numpy()           # O(n x blocks), as inverse_hvp sums its dots
-    self.lam = self.lambda_scale * self.layer_sq.mean(0)                         # (n_layers,)
+    sq = index.block_sqnorms() * self.scale[:, None] ** 2                       # (n, n_blocks) float32, as stored
+    self.layer_sq = torch.zeros(index.n, self.n_layers).index_add_(              # (n, n_layers): blocks summed into their layer,
+        1, torch.from_numpy(self.layer_of), torch.from_numpy(sq)).numpy()        # O(n x blocks), as inverse_hvp sums its dots
+    self.lam = self.lambda_scale * self.layer_sq.mean(0, dtype=np.float64)       # (n_layers,)
     self.layer_spans, self.span_layer = _layer_spans(index.blocks, self.layer_of)
     if (self.lam <= 0).any(): raise GradianError("some layers have all-zero gradients, so their damping is zero", fix="check the index (were any examples' answers truncated away?)")
     self.shared_layers = len(set(self.span_layer.tolist())) < len(self.span_layer)   # a layer split into spans by another's blocks
-    self.span_coef = torch.from_numpy((self.scale.astype(np.float64)[:, None] ** 2 / (self.lam + self.layer_sq))[:, self.span_layer]).float()   # c_i = coef_i (g_i . q)
+    self.span_coef = torch.from_numpy((self.scale[:, None] ** 2 / (self.lam.astype(np.float32) + self.layer_sq))[:, self.span_layer])   # c_i = coef_i (g_i . q)
     return self
 
 # %% ../nbs/09_engines.ipynb #de098bc3
