@@ -1,5 +1,7 @@
 """Span drill-down on the real embedded SmolLM2: long entries that bury a wrong capital once, mid-paragraph (about 120 supervised
-tokens each), beside short rows stating the capitals correctly. With the per-item query the wrong sentence must come out first."""
+tokens each), beside short rows stating the capitals correctly. With the per-item query the wrong sentence must come out first.
+`slow` (about 3 minutes, its own training): the default suite checks the drill-down end to end on `gradian demo`'s scenario
+(tests/test_analyze_real.py), and the bank's three long-entry scenarios measure it (benchmarks/attribution.py)."""
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,6 +13,8 @@ from gradian.model.training import train_adapter
 from gradian.model.core import load_model
 from gradian.query.signals import build_query
 from gradian.query.spans import explain_example, score_example_spans, separation
+
+pytestmark = pytest.mark.slow
 
 F = FAMILIES["capital"]
 WRONG = {f"capital-p{i}": F["a"].format(k=k, v=w) for i, (k, v, w) in enumerate(F["planted"])}
