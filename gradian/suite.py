@@ -6,7 +6,7 @@ Docs: https://gradian-dev.github.io/gradian/suite.html.md"""
 
 # %% ../nbs/22_suite.ipynb #a47ac929
 from __future__ import annotations
-import json, platform, time
+import json, platform, shutil, time
 from dataclasses import dataclass, field, asdict, fields
 from pathlib import Path
 
@@ -295,6 +295,7 @@ def retrain_without(p:SuiteParams, train, drop, out, model:str, **training) -> P
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     rows = rows_without(train, drop)
     if _trained_on(out, rows, model, {**p.training(), **training, "backend": p.backend, "max_seq_length": p.max_seq_length}): return out/"adapter"
+    shutil.rmtree(out/"adapter", ignore_errors=True)                 # first: a training cut off below must not leave another run's adapter beside these rows
     (out/"train.jsonl").write_text(rows)
     train_adapter(out/"train.jsonl", out/"adapter", model=model, backend=p.backend, max_seq_length=p.max_seq_length, overwrite=True,
                   progress=False, log=None, **{**p.training(), **training})

@@ -3,6 +3,7 @@ full retraining reproduces the fine-tune, and the table has one row per cluster.
 import json
 
 import numpy as np
+import pytest
 
 from gradian.data import load_eval, load_train
 from gradian.fidelity import datamodel_score, leave_cluster_out, query_loss
@@ -52,3 +53,20 @@ def test_a_finished_retraining_is_reused_and_no_other(tmp_path):
     (tmp_path / "r" / "adapter" / "train_manifest.json").unlink()                   # cut off before the manifest: not finished
     before = weights(); retrain_without(p, tr, sc.culprits[:3], tmp_path / "r", ref, max_steps=2)
     assert weights() != before
+
+
+def test_a_retraining_cut_off_does_not_reuse_the_run_before_it(tmp_path, monkeypatch):
+    "Killed while training on new rows: the folder then holds those rows, and the previous rows' adapter must not pass for theirs."
+    import gradian.model.training as training
+    p = SuiteParams(n_clean=10, projection_dim=None).check()
+    sc = build_scenario(ScenarioSpec("t", p.family, "sentence", p.poison_fraction, decoys=("format",), n_clean=p.n_clean, seed=p.seed))
+    tr, _ = sc.write(tmp_path / "data")
+    ref, out = suite_model(p, tmp_path), tmp_path / "r"
+    retrain_without(p, tr, sc.culprits[:2], out, ref)
+    real = training.train_adapter
+    def killed(*a, **k): raise KeyboardInterrupt
+    monkeypatch.setattr(training, "train_adapter", killed)
+    with pytest.raises(KeyboardInterrupt): retrain_without(p, tr, sc.culprits[:3], out, ref)
+    monkeypatch.setattr(training, "train_adapter", real)
+    a = retrain_without(p, tr, sc.culprits[:3], out, ref)
+    assert json.loads((a / "train_manifest.json").read_text())["data"]["n_examples"] == len(sc.train) - 3
