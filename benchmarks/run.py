@@ -64,8 +64,12 @@ def worker_score(store: str, engine: str, queries: int, reps: int):
     elif engine == "topk":
         e = make_engine("graddot").fit(idx); run = lambda: e.top_k(Q, 100)
     elif engine == "pair":                                                # graddot and datainf alternating in one process: a ratio per round
-        g = make_engine("graddot").fit(idx); gd, di = lambda: g.score(Q), lambda: make_engine("datainf").fit(idx).score(Q)
-        gd(); di(); rounds = [(_timed(gd), _timed(di)) if r % 2 else (_timed(di), _timed(gd))[::-1] for r in range(reps)]   # (graddot, datainf), who goes first alternating
+        e = make_engine("graddot").fit(idx); timed = dict(gd=lambda: e.score(Q), di=lambda: make_engine("datainf").fit(idx).score(Q))
+        for f in timed.values(): f()                                      # warm-up
+        rounds = []
+        for r in range(reps):                                             # who goes first alternates
+            t = {k: _timed(timed[k]) for k in (("gd", "di") if r % 2 else ("di", "gd"))}
+            rounds.append((t["gd"], t["di"]))
         ratios = sorted(d / g for g, d in rounds)
         print("RESULT " + json.dumps(dict(ratio_median=statistics.median(ratios), ratio_lo=ratios[0], ratio_hi=ratios[-1], rounds=rounds))); return
     else:

@@ -14,11 +14,16 @@ from gradian.scenarios import ScenarioSpec, build_scenario
 from gradian.suite import SuiteParams, retrain_without, suite_model
 
 
-def test_leave_cluster_out_on_the_tiny_model(tmp_path):
-    p = SuiteParams(n_clean=10, n_clusters=3, engines="datainf,graddot", projection_dim=None).check()
+def _tiny_run(tmp_path, **params):
+    "Suite settings, a small planted scenario written under `tmp_path`, its training file and the suite's tiny model."
+    p = SuiteParams(n_clean=10, projection_dim=None, **params).check()
     sc = build_scenario(ScenarioSpec("t", p.family, "sentence", p.poison_fraction, decoys=("format",), n_clean=p.n_clean, seed=p.seed))
     tr, ev = sc.write(tmp_path / "data")
-    ref = suite_model(p, tmp_path)
+    return p, sc, tr, ev, suite_model(p, tmp_path)
+
+
+def test_leave_cluster_out_on_the_tiny_model(tmp_path):
+    p, sc, tr, ev, ref = _tiny_run(tmp_path, n_clusters=3, engines="datainf,graddot")
     adapter = retrain_without(p, tr, [], tmp_path / "round1", ref)
     m, tok = load_model(ref, adapter)
     idx = build_index(m, tok, load_train(tr), tmp_path / "index", projection_dim=None)
@@ -38,10 +43,8 @@ def test_leave_cluster_out_on_the_tiny_model(tmp_path):
 
 def test_a_finished_retraining_is_reused_and_no_other(tmp_path):
     "retrain_without reuses a finished run in its folder only on the same rows and settings; one cut off before its manifest trains again."
-    p = SuiteParams(n_clean=10, projection_dim=None).check()
-    sc = build_scenario(ScenarioSpec("t", p.family, "sentence", p.poison_fraction, decoys=("format",), n_clean=p.n_clean, seed=p.seed))
-    tr, _ = sc.write(tmp_path / "data")
-    ref, drop = suite_model(p, tmp_path), sc.culprits[:2]
+    p, sc, tr, _, ref = _tiny_run(tmp_path)
+    drop = sc.culprits[:2]
     weights = lambda: (tmp_path / "r" / "adapter" / "adapter_model.safetensors").stat().st_mtime_ns
     retrain_without(p, tr, drop, tmp_path / "r", ref); first = weights()
     retrain_without(p, tr, drop, tmp_path / "r", ref)
@@ -58,15 +61,12 @@ def test_a_finished_retraining_is_reused_and_no_other(tmp_path):
 def test_a_retraining_cut_off_does_not_reuse_the_run_before_it(tmp_path, monkeypatch):
     "Killed while training on new rows: the folder then holds those rows, and the previous rows' adapter must not pass for theirs."
     import gradian.model.training as training
-    p = SuiteParams(n_clean=10, projection_dim=None).check()
-    sc = build_scenario(ScenarioSpec("t", p.family, "sentence", p.poison_fraction, decoys=("format",), n_clean=p.n_clean, seed=p.seed))
-    tr, _ = sc.write(tmp_path / "data")
-    ref, out = suite_model(p, tmp_path), tmp_path / "r"
+    p, sc, tr, _, ref = _tiny_run(tmp_path)
+    out = tmp_path / "r"
     retrain_without(p, tr, sc.culprits[:2], out, ref)
-    real = training.train_adapter
     def killed(*a, **k): raise KeyboardInterrupt
     monkeypatch.setattr(training, "train_adapter", killed)
     with pytest.raises(KeyboardInterrupt): retrain_without(p, tr, sc.culprits[:3], out, ref)
-    monkeypatch.setattr(training, "train_adapter", real)
+    monkeypatch.undo()
     a = retrain_without(p, tr, sc.culprits[:3], out, ref)
     assert json.loads((a / "train_manifest.json").read_text())["data"]["n_examples"] == len(sc.train) - 3
