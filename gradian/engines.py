@@ -22,9 +22,9 @@ from .config import EngineConfig
 from .index import GradientIndex
 
 # %% auto #0
-__all__ = ['LOOP_BLOCKS', 'ENGINES', 'QueryVectors', 'EngineScores', 'chunk_dots', 'block_dots', 'block_combine', 'map_chunks',
-           'stream_scores', 'TopScores', 'stream_top_k', 'register_engine', 'Engine', 'make_engine', 'GradDot',
-           'DataInf', 'RepSim', 'EKFAC']
+__all__ = ['LOOP_BLOCKS', 'ROW_TILE', 'TILED_QUERIES', 'ENGINES', 'QueryVectors', 'EngineScores', 'chunk_dots', 'block_dots',
+           'weighted_rows', 'block_combine', 'map_chunks', 'stream_scores', 'TopScores', 'stream_top_k',
+           'register_engine', 'Engine', 'make_engine', 'GradDot', 'DataInf', 'RepSim', 'EKFAC']
 
 # %% ../nbs/09_engines.ipynb #4edcd5c4
 @dataclass
@@ -74,13 +74,22 @@ def block_dots(G:torch.Tensor, Q:torch.Tensor, runs) -> torch.Tensor:
         else: out.append(torch.einsum("nld,mld->nml", G[:, off:off + L * d].reshape(len(G), L, d), Q[:, off:off + L * d].reshape(len(Q), L, d)).float())
     return out[0] if len(out) == 1 else torch.cat(out, 2)
 
+ROW_TILE, TILED_QUERIES = 256, 16     # weighted sums of bfloat16 chunks for up to 16 queries: products over 256-row tiles (measured below)
+
+def weighted_rows(W:torch.Tensor, G:torch.Tensor) -> torch.Tensor:
+    "(m, d) float32 W @ G for weights W (m, n) and rows G (n, d); bfloat16 rows in products over tiles of `ROW_TILE` rows."
+    m, n = W.shape; full = n - n % ROW_TILE
+    if G.dtype != torch.bfloat16 or m > TILED_QUERIES or not full: return (W @ G).float()
+    out = torch.bmm(W[:, :full].reshape(m, -1, ROW_TILE).transpose(0, 1), G[:full].view(-1, ROW_TILE, G.shape[1])).sum(0, dtype=torch.float32)
+    return out if full == n else out + (W[:, full:] @ G[full:]).float()
+
 def block_combine(C:torch.Tensor, G:torch.Tensor, runs) -> torch.Tensor:
     "(m, D) float64: row j is sum_i C[i, j, b] G[i, block b] for each block b, the transpose of `block_dots` (C is (n, m, n_blocks))."
     (G, C) = _operands(G, C)
     u, Ct = torch.zeros(C.shape[1], G.shape[1], dtype=torch.float64), C.permute(2, 1, 0).contiguous()      # (n_blocks, m, n): rows ready for the product
     for first, L, d, off in runs:
         if L <= LOOP_BLOCKS:
-            for j, o in enumerate(range(off, off + L * d, d)): u[:, o:o + d] = (Ct[first + j] @ G[:, o:o + d]).double()
+            for j, o in enumerate(range(off, off + L * d, d)): u[:, o:o + d] = weighted_rows(Ct[first + j], G[:, o:o + d]).double()
         else: u[:, off:off + L * d] = torch.einsum("nml,nld->mld", C[:, :, first:first + L], G[:, off:off + L * d].reshape(len(G), L, d)).reshape(C.shape[1], L * d).double()
     return u
 

@@ -69,6 +69,18 @@ def test_datainf_layer_split_by_another_layers_blocks(index, Q, normalize):
     assert np.abs(e.score(QueryVectors(Q)).scores - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
+@pytest.mark.parametrize("m", [8, 20])
+def test_datainf_on_a_bfloat16_store_equals_dense_formula(tmp_path, m):
+    "A bfloat16 store in chunks of 512 and 276 rows: the weighted sum over 256-row tiles (8 queries) or in one product (20) matches the formula."
+    from gradian.testing import synthetic_index
+    ix = synthetic_index(tmp_path / "bf", 1300, 8, store_dtype="bfloat16", n_blocks=4, shard_size=512)   # narrow layers: a large correction
+    G, Qm = ix.grads().astype(np.float64), torch.randn(m, 8, generator=torch.Generator().manual_seed(4))
+    ours = make_engine("datainf", lambda_scale=0.1).fit(ix).score(QueryVectors(Qm)).scores
+    ref = datainf_reference(G, Qm.bfloat16().double().numpy(), ix.blocks, 0.1, "module", "none")
+    undamped = datainf_reference(G, Qm.bfloat16().double().numpy(), ix.blocks, 1e6, "module", "none") * 1e6 / 0.1   # q / lambda alone
+    assert np.abs(ours - ref).max() <= 1e-2 * np.abs(ref).max() < 0.1 * np.abs(undamped - ref).max()   # the correction term is large
+
+
 def test_graddot_equals_explicit_dot_product(index, Q):
     G = index.grads().astype(np.float64)
     r = make_engine("graddot").fit(index).score(QueryVectors(Q), per_block=True)
