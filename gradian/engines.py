@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+import threading
 
 import numpy as np
 import torch
@@ -23,8 +24,9 @@ from .index import GradientIndex
 
 # %% auto #0
 __all__ = ['LOOP_BLOCKS', 'ROW_TILE', 'TILED_QUERIES', 'ENGINES', 'QueryVectors', 'EngineScores', 'chunk_dots', 'block_dots',
-           'weighted_rows', 'block_combine', 'map_chunks', 'stream_scores', 'TopScores', 'stream_top_k',
-           'register_engine', 'Engine', 'make_engine', 'GradDot', 'DataInf', 'RepSim', 'EKFAC']
+           'weighted_rows', 'run_sums', 'block_accumulate', 'block_combine', 'from_run_sums', 'map_chunks',
+           'stream_scores', 'TopScores', 'stream_top_k', 'register_engine', 'Engine', 'make_engine', 'GradDot',
+           'DataInf', 'RepSim', 'EKFAC']
 
 # %% ../nbs/09_engines.ipynb #4edcd5c4
 @dataclass
@@ -83,14 +85,28 @@ def weighted_rows(W:torch.Tensor, G:torch.Tensor) -> torch.Tensor:
     out = torch.bmm(W[:, :full].reshape(m, -1, ROW_TILE).transpose(0, 1), G[:full].view(-1, ROW_TILE, G.shape[1])).sum(0, dtype=torch.float32)
     return out if full == n else out + (W[:, full:] @ G[full:]).float()
 
-def block_combine(C:torch.Tensor, G:torch.Tensor, runs) -> torch.Tensor:
-    "(m, D) float64: row j is sum_i C[i, j, b] G[i, block b] for each block b, the transpose of `block_dots` (C is (n, m, n_blocks))."
+def run_sums(runs, m:int) -> list[torch.Tensor]:
+    "Zeroed float32 accumulators for `block_accumulate`: one (L, m, d) tensor per run of L blocks of width d."
+    return [torch.zeros(L, m, d) for first, L, d, off in runs]
+
+def block_accumulate(acc:list[torch.Tensor], C:torch.Tensor, G:torch.Tensor, runs):
+    "Adds sum_i C[i, j, b] G[i, block b] (C is (n, m, n_blocks), G (n, D)) into `acc` in place: the transpose of `block_dots`."
     (G, C) = _operands(G, C)
-    u, Ct = torch.zeros(C.shape[1], G.shape[1], dtype=torch.float64), C.permute(2, 1, 0).contiguous()      # (n_blocks, m, n): rows ready for the product
-    for first, L, d, off in runs:
-        if L <= LOOP_BLOCKS:
-            for j, o in enumerate(range(off, off + L * d, d)): u[:, o:o + d] = weighted_rows(Ct[first + j], G[:, o:o + d]).double()
-        else: u[:, off:off + L * d] = torch.einsum("nml,nld->mld", C[:, :, first:first + L], G[:, off:off + L * d].reshape(len(G), L, d)).reshape(C.shape[1], L * d).double()
+    for a, (first, L, d, off) in zip(acc, runs):
+        Cl, Gl = C[:, :, first:first + L].permute(2, 1, 0).contiguous(), G[:, off:off + L * d].reshape(len(G), L, d).transpose(0, 1)   # (L, m, n), (L, n, d)
+        if G.dtype == torch.float32: a.baddbmm_(Cl, Gl)                       # summed inside the product: no (m, D) temporary per chunk
+        elif L <= LOOP_BLOCKS:
+            for j in range(L): a[j] += weighted_rows(Cl[j], Gl[j])
+        else: a += torch.bmm(Cl, Gl)
+
+def block_combine(C:torch.Tensor, G:torch.Tensor, runs) -> torch.Tensor:
+    "(m, D) float64: row j is sum_i C[i, j, b] G[i, block b] for each block b, over one chunk (a pass accumulates with `block_accumulate`)."
+    acc = run_sums(runs, C.shape[1]); block_accumulate(acc, C, G, runs); return from_run_sums([acc], runs, G.shape[1])
+
+def from_run_sums(accs:list[list[torch.Tensor]], runs, D:int) -> torch.Tensor:
+    "(m, D) float64 sum of several workers' `run_sums`, in the row layout."
+    u = torch.zeros(accs[0][0].shape[1], D, dtype=torch.float64)
+    for i, (first, L, d, off) in enumerate(runs): u[:, off:off + L * d] = sum(a[i].double() for a in accs).permute(1, 0, 2).reshape(-1, L * d)
     return u
 
 # %% ../nbs/09_engines.ipynb #f5971490
@@ -289,11 +305,14 @@ def inverse_hvp(self:DataInf, Q:torch.Tensor) -> torch.Tensor:
     idx, runs = self.index, _runs(self.layer_spans)                                    # a layer's adjacent blocks are one span: one product each
     lo = torch.from_numpy(self.span_layer); lam = torch.from_numpy(self.lam).float()
     Q = Q.float()
-    def part(start, G):                                                           # u = sum_i c_i g_i over one chunk
+    accs, mine = [], threading.local()                                            # each worker sums its chunks into its own accumulators
+    def part(start, G):                                                           # u += sum_i c_i g_i over one chunk
+        if not hasattr(mine, "acc"): mine.acc = run_sums(runs, Q.shape[0]); accs.append(mine.acc)
         dots = block_dots(G, Q, runs)                                             # (n_c, m, n_spans): g_i . q, span by span
         if self.shared_layers: dots = torch.zeros(len(G), Q.shape[0], self.n_layers).index_add_(2, lo, dots)[:, :, lo]   # a layer's spans share its sum
-        return block_combine(dots * self.span_coef[start:start + len(G), None, :], G, runs)   # the coefficient of each stored row, span by span
-    U = sum((u for _, _, u in map_chunks(idx, part)), torch.zeros(Q.shape[0], idx.dim, dtype=torch.float64))   # one pass over the store
+        block_accumulate(mine.acc, dots * self.span_coef[start:start + len(G), None, :], G, runs)   # each stored row's coefficient, span by span
+    for _ in map_chunks(idx, part): pass                                          # one pass over the store
+    U = from_run_sums(accs, runs, idx.dim) if accs else torch.zeros(Q.shape[0], idx.dim, dtype=torch.float64)
     lam_cols = torch.cat([lam[lo[first:first + L]].repeat_interleave(d) for first, L, d, off in runs])
     return ((Q.double() - U / idx.n) / lam_cols.double()).float()
 
