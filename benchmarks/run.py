@@ -15,7 +15,8 @@ Rows:
   datainf               fit + score on the same store, as a multiple of graddot's time (it reads the store twice)
   datainf / graddot     the same ratio measured in pairs: graddot and datainf timed alternately in one process (10 rounds,
                         who goes first alternating), the median of the per-round ratios; this machine's speed drifts by
-                        10-20% between runs, which the separate best-of figures above do not cancel
+                        10-20% between runs, which the separate best-of figures above do not cancel; then the same pairs on a
+                        float32 store as wide as a real index of the embedded model (1,000 rows x 430,080 in 420 blocks)
   float16 / float32     a smaller store of the same shape in the other types: the measurement behind --fp16-store
                         storing bfloat16 (PyTorch's CPU float16 product runs far below memory bandwidth)
   analyze stages        each stage's share of one `analyze` of a tiny poisoned fine-tune
@@ -135,12 +136,16 @@ def _index_vs_plain(model: str, n: int, reps: int, device: str) -> dict:
     return dict(model=model, n=n, tokens=res["index"][0]["tokens"], index_s=sec["index"], plain_s=sec["plain"], ratio=sec["index"] / sec["plain"])
 
 
+WIDE_DIM, WIDE_BLOCKS = 430_080, 420      # an index of the embedded model as analyze builds it: 420 LoRA blocks at k=1024, float32
+
 def _stores(a) -> dict:
     from gradian.testing import synthetic_index
     root, small, nb = Path(a.work), max(a.rows // 8, 4096), max(1, a.dim // 1024)      # blocks of the default projection width, k=1024
+    wide = 256 if a.quick else 1000
     return {"bfloat16": synthetic_index(root / f"store-{a.rows}x{a.dim}-bfloat16-b{nb}", a.rows, a.dim, "bfloat16", n_blocks=nb),
             "float16": synthetic_index(root / f"store-{small}x{a.dim}-float16-b{nb}", small, a.dim, "float16", n_blocks=nb),
-            "float32": synthetic_index(root / f"store-{small}x{a.dim}-float32-b{nb}", small, a.dim, "float32", n_blocks=nb)}
+            "float32": synthetic_index(root / f"store-{small}x{a.dim}-float32-b{nb}", small, a.dim, "float32", n_blocks=nb),
+            "wide": synthetic_index(root / f"store-{wide}x{WIDE_DIM}-float32-b{WIDE_BLOCKS}", wide, WIDE_DIM, "float32", n_blocks=WIDE_BLOCKS)}
 
 
 def table(r: dict) -> str:
@@ -160,6 +165,10 @@ def table(r: dict) -> str:
         p = r["paired"]
         row("datainf / graddot, paired", f"{p['ratio_median']:.2f}x", f"median of {len(p['rounds'])} rounds ({p['ratio_lo']:.2f}-{p['ratio_hi']:.2f}x)",
             "both timed in one process, alternating: drift of this machine cancels")
+    if "paired_wide" in r:
+        p = r["paired_wide"]
+        row("  same, real-width store", f"{p['ratio_median']:.2f}x", f"median of {len(p['rounds'])} rounds ({p['ratio_lo']:.2f}-{p['ratio_hi']:.2f}x)",
+            f"float32 store {p['shape'][0]:,} x {p['shape'][1]:,} in {p['blocks']} blocks: the embedded model's index, k=1024")
     if "analyze" in r:
         st, tot = r["analyze"]["stages"], r["analyze"]["total"]
         row("analyze (tiny fine-tune)", f"{tot:.1f} s", "stage shares below", f"verdict {r['analyze']['verdict']}, peak RSS {r['analyze']['peak_rss'] / 2**20:,.0f} MB")
@@ -205,6 +214,8 @@ def main(argv=None):
     sc[f"datainf, {a.queries} queries"] = d = _run(["--worker", "score", "--store", big, "--engine", "datainf", "--queries", a.queries, "--reps", a.reps])
     d["x_graddot"] = d["seconds"] / sc[f"graddot, {a.queries} queries"]["seconds"]
     r["paired"] = _run(["--worker", "score", "--store", big, "--engine", "pair", "--queries", a.queries, "--reps", max(a.reps, 2 if a.quick else 10)])
+    w = stores["wide"]
+    r["paired_wide"] = dict(shape=[w.n, w.dim], blocks=len(w.blocks), **_run(["--worker", "score", "--store", str(w.path), "--engine", "pair", "--queries", a.queries, "--reps", max(a.reps, 2 if a.quick else 10)]))
     for t in ("float16", "float32"):
         sc[f"graddot, {t} store"] = _run(["--worker", "score", "--store", str(stores[t].path), "--engine", "graddot", "--queries", a.queries, "--reps", a.reps])
     r["scoring"] = sc

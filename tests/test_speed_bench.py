@@ -51,7 +51,7 @@ def test_gpu_worker_code_path_on_cpu():
 def test_quick_prints_the_table(tmp_path):
     out = _run("--quick", "--work", tmp_path / "work", "--json", tmp_path / "speed.json").stdout
     for row in ("index vs plain step (tiny)", "read bandwidth (torch sum)", "graddot, 8 queries", "graddot top-100", "datainf, 8 queries",
-                "graddot, float16 store", "graddot, float32 store", "analyze (tiny fine-tune)"):
+                "graddot, float16 store", "graddot, float32 store", "same, real-width store", "analyze (tiny fine-tune)"):
         assert row in out, row
     r = json.loads((tmp_path / "speed.json").read_text())
     assert r["scoring"]["datainf, 8 queries"]["x_graddot"] > 0 and r["bandwidth"]["gbs"] > 0
