@@ -2,6 +2,7 @@
 """Attribution on fine-tunes nobody tuned the method for: the scenario bank through `analyze`, measured against each answer key.
 
     python benchmarks/attribution.py [--scenarios a,b | --quick] [--work DIR] [--no-variants] [--retrain [--no-oracle]] [--offline] [--set KEY=VALUE]
+    python benchmarks/attribution.py --train-only [--scenarios a,b]      (adapters ahead of a run, e.g. over several sittings)
 
 Each scenario of `gradian.scenarios` (planted poison in eight fact families, three answer forms, 5-20% poison shares, several
 decoy kinds, and three controls) is written, trained on the embedded model with the demo's LoRA settings (adapters are cached
@@ -39,18 +40,28 @@ MSL = 256
 
 
 def train(spec, sc, d: Path, drop=(), tag="adapter"):
-    "Train the embedded model on the scenario (without the ids in `drop`), cached by spec, drop set and settings."
+    "Train the embedded model on the scenario (without the ids in `drop`), cached by spec, drop set and settings: (adapter, seconds or None when reused)."
     from gradian.model.training import train_adapter
     tr = {**DEMO_TRAINING, **dict(spec.training)}
     rows = [r for r in sc.train if r["id"] not in set(drop)]
     stamp = stable_hash(json.dumps([rows, tr, MSL], sort_keys=True, default=str))      # the rows themselves: a changed generator retrains
     out = d / tag
-    if (out / "bench_stamp").exists() and (out / "bench_stamp").read_text() == stamp: return out, 0.0
+    if (out / "bench_stamp").exists() and (out / "bench_stamp").read_text() == stamp: return out, None       # None: reused
     data = d / f"{tag}.train.jsonl"; data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     t0 = time.perf_counter()
     train_adapter(data, out, model="embedded", backend="hf", max_seq_length=MSL, overwrite=True, progress=False, log=None, **tr)
     (out / "bench_stamp").write_text(stamp)
     return out, time.perf_counter() - t0
+
+
+def train_all(names, work: Path) -> dict:
+    "Each scenario's adapter trained, or found finished (same rows and settings), in turn; {name: training seconds, None when reused}."
+    done = {}
+    for n in names:
+        spec = SCENARIOS[n]; sc = build_scenario(spec); sc.write(work / n / "data")
+        done[n] = train(spec, sc, work / n)[1]
+        print(f"[train] {n}: " + (f"trained in {done[n]:.0f} s" if done[n] is not None else "finished adapter reused"), flush=True)
+    return done
 
 
 def teach_mask(a, sc) -> tuple:
@@ -231,7 +242,7 @@ def run(name, work: Path, want_variants=True, retrain=False, log=print, oracle=T
     shutil.rmtree(rep, ignore_errors=True)                 # a fresh diagnosis every run (the index is built under today's settings)
     a = analyze("embedded", adapter, train_p, eval_p, rep, cfg=cfg, log=None, progress=False)
     row = dict(scenario=name, kind=spec.control or "planted", n_train=len(sc.train), **capability_row(a, sc), **diagnosis(a, sc, cfg),
-               train_s=round(t_train, 1), analyze_s=round(time.perf_counter() - t1, 1), timings=a.timings)
+               train_s=round(t_train or 0.0, 1), analyze_s=round(time.perf_counter() - t1, 1), timings=a.timings)
     row["gated"] = [d_.capability for d_ in a.decisions if d_.gated]
     row["spans"] = span_check(sc, a.report.spans)
     if a.attribution is not None and (sc.ids("planted_long") or sc.ids("decoy_long")):
@@ -340,6 +351,9 @@ def main(argv=None):
     ap.add_argument("--no-oracle", action="store_true", help="with --retrain: skip the retraining without every culprit (one training less per scenario)")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--offline", action="store_true", help="only recompute accusation-rule variants from the scores a previous run saved in --work")
+    ap.add_argument("--train-only", action="store_true",
+                    help="only train (or find) each scenario's adapter, no diagnosis: the slow half of a whole-bank run, done ahead in "
+                         "as many sittings as it takes; the run that follows reuses every adapter")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override for every diagnosis (repeatable, e.g. --set index.path_scale=0.25); reports and scores go to report-<settings>")
     a = ap.parse_args(argv)
@@ -348,6 +362,7 @@ def main(argv=None):
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown: sys.exit(f"unknown scenarios {unknown}; the bank has {', '.join(SCENARIOS)}")
     work = Path(a.work); work.mkdir(parents=True, exist_ok=True)
+    if a.train_only: return train_all(names, work)
     if a.offline:
         prev = sorted((p for p in Path(a.out).glob("attribution-*.json") if not p.stem.endswith("rescored")), key=lambda p: p.stat().st_mtime)
         last = {r["scenario"]: r for f in prev for r in json.loads(f.read_text())["rows"]}     # the newest row of each scenario
