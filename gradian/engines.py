@@ -23,10 +23,10 @@ from .config import EngineConfig
 from .index import GradientIndex
 
 # %% auto #0
-__all__ = ['LOOP_BLOCKS', 'ROW_TILE', 'TILED_QUERIES', 'ENGINES', 'QueryVectors', 'EngineScores', 'chunk_dots', 'block_dots',
-           'weighted_rows', 'run_sums', 'block_accumulate', 'block_combine', 'from_run_sums', 'map_chunks',
-           'stream_scores', 'TopScores', 'stream_top_k', 'register_engine', 'Engine', 'make_engine', 'GradDot',
-           'DataInf', 'RepSim', 'EKFAC']
+__all__ = ['LOOP_BLOCKS', 'ROW_TILE', 'TILED_QUERIES', 'FLUSH_CHUNKS', 'ENGINES', 'QueryVectors', 'EngineScores', 'chunk_dots',
+           'block_dots', 'weighted_rows', 'run_sums', 'block_accumulate', 'block_combine', 'RunTotals', 'from_run_sums',
+           'map_chunks', 'stream_scores', 'TopScores', 'stream_top_k', 'register_engine', 'Engine', 'make_engine',
+           'GradDot', 'DataInf', 'RepSim', 'EKFAC']
 
 # %% ../nbs/09_engines.ipynb #4edcd5c4
 @dataclass
@@ -102,6 +102,18 @@ def block_accumulate(acc:list[torch.Tensor], C:torch.Tensor, G:torch.Tensor, run
 def block_combine(C:torch.Tensor, G:torch.Tensor, runs) -> torch.Tensor:
     "(m, D) float64: row j is sum_i C[i, j, b] G[i, block b] for each block b, over one chunk (a pass accumulates with `block_accumulate`)."
     acc = run_sums(runs, C.shape[1]); block_accumulate(acc, C, G, runs); return from_run_sums([acc], runs, G.shape[1])
+
+FLUSH_CHUNKS = 64      # float32 sums of at most this many chunks, then into float64: a store of 100,000 chunks loses no precision
+
+class RunTotals:
+    "One worker's weighted sums: `run_sums` in float32 over its last chunks, moved into float64 totals every `FLUSH_CHUNKS` chunks."
+    def __init__(self, runs, m:int): self.acc, self.k = run_sums(runs, m), 0; self.total = [a.double() for a in self.acc]
+    def add(self, C:torch.Tensor, G:torch.Tensor, runs):
+        block_accumulate(self.acc, C, G, runs); self.k += 1
+        if self.k % FLUSH_CHUNKS == 0: self.flush()
+    def flush(self) -> list[torch.Tensor]:
+        for t, a in zip(self.total, self.acc): t += a; a.zero_()
+        return self.total
 
 def from_run_sums(accs:list[list[torch.Tensor]], runs, D:int) -> torch.Tensor:
     "(m, D) float64 sum of several workers' `run_sums`, in the row layout."
@@ -305,14 +317,14 @@ def inverse_hvp(self:DataInf, Q:torch.Tensor) -> torch.Tensor:
     idx, runs = self.index, _runs(self.layer_spans)                                    # a layer's adjacent blocks are one span: one product each
     lo = torch.from_numpy(self.span_layer); lam = torch.from_numpy(self.lam).float()
     Q = Q.float()
-    accs, mine = [], threading.local()                                            # each worker sums its chunks into its own accumulators
+    workers, mine = [], threading.local()                                         # each worker sums its chunks into its own accumulators
     def part(start, G):                                                           # u += sum_i c_i g_i over one chunk
-        if not hasattr(mine, "acc"): mine.acc = run_sums(runs, Q.shape[0]); accs.append(mine.acc)
+        if not hasattr(mine, "sums"): mine.sums = RunTotals(runs, Q.shape[0]); workers.append(mine.sums)
         dots = block_dots(G, Q, runs)                                             # (n_c, m, n_spans): g_i . q, span by span
         if self.shared_layers: dots = torch.zeros(len(G), Q.shape[0], self.n_layers).index_add_(2, lo, dots)[:, :, lo]   # a layer's spans share its sum
-        block_accumulate(mine.acc, dots * self.span_coef[start:start + len(G), None, :], G, runs)   # each stored row's coefficient, span by span
+        mine.sums.add(dots * self.span_coef[start:start + len(G), None, :], G, runs)   # each stored row's coefficient, span by span
     for _ in map_chunks(idx, part): pass                                          # one pass over the store
-    U = from_run_sums(accs, runs, idx.dim) if accs else torch.zeros(Q.shape[0], idx.dim, dtype=torch.float64)
+    U = from_run_sums([w.flush() for w in workers], runs, idx.dim) if workers else torch.zeros(Q.shape[0], idx.dim, dtype=torch.float64)
     lam_cols = torch.cat([lam[lo[first:first + L]].repeat_interleave(d) for first, L, d, off in runs])
     return ((Q.double() - U / idx.n) / lam_cols.double()).float()
 

@@ -92,6 +92,15 @@ def test_datainf_sums_every_workers_chunks(index, Q):
     assert np.abs(out[0] - out[1]).max() <= 1e-6 * np.abs(out[0]).max()
 
 
+def test_datainf_flushing_its_float32_sums_changes_nothing(index, Q, monkeypatch):
+    "Each worker's float32 sums move into float64 every FLUSH_CHUNKS chunks: after every chunk or once at the end, the same scores."
+    import gradian.engines as E
+    once = make_engine("datainf").fit(index).score(QueryVectors(Q)).scores
+    monkeypatch.setattr(E, "FLUSH_CHUNKS", 1)
+    every = make_engine("datainf").fit(index).score(QueryVectors(Q)).scores
+    assert np.abs(once - every).max() <= 1e-6 * np.abs(once).max()
+
+
 def test_graddot_equals_explicit_dot_product(index, Q):
     G = index.grads().astype(np.float64)
     r = make_engine("graddot").fit(index).score(QueryVectors(Q), per_block=True)
