@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-import threading
 
 import numpy as np
 import torch
@@ -24,9 +23,9 @@ from .index import GradientIndex
 
 # %% auto #0
 __all__ = ['LOOP_BLOCKS', 'ROW_TILE', 'TILED_QUERIES', 'FLUSH_CHUNKS', 'ENGINES', 'QueryVectors', 'EngineScores', 'chunk_dots',
-           'block_dots', 'weighted_rows', 'run_sums', 'block_accumulate', 'block_combine', 'RunTotals', 'from_run_sums',
-           'map_chunks', 'stream_scores', 'TopScores', 'stream_top_k', 'register_engine', 'Engine', 'make_engine',
-           'GradDot', 'DataInf', 'RepSim', 'EKFAC']
+           'block_dots', 'weighted_rows', 'block_sums', 'RunTotals', 'block_combine', 'map_chunks', 'stream_scores',
+           'TopScores', 'stream_top_k', 'register_engine', 'Engine', 'make_engine', 'GradDot', 'DataInf', 'RepSim',
+           'EKFAC']
 
 # %% ../nbs/09_engines.ipynb #4edcd5c4
 @dataclass
@@ -85,41 +84,35 @@ def weighted_rows(W:torch.Tensor, G:torch.Tensor) -> torch.Tensor:
     out = torch.bmm(W[:, :full].reshape(m, -1, ROW_TILE).transpose(0, 1), G[:full].view(-1, ROW_TILE, G.shape[1])).sum(0, dtype=torch.float32)
     return out if full == n else out + (W[:, full:] @ G[full:]).float()
 
-def run_sums(runs, m:int) -> list[torch.Tensor]:
-    "Zeroed float32 accumulators for `block_accumulate`: one (L, m, d) tensor per run of L blocks of width d."
-    return [torch.zeros(L, m, d) for first, L, d, off in runs]
-
-def block_accumulate(acc:list[torch.Tensor], C:torch.Tensor, G:torch.Tensor, runs):
-    "Adds sum_i C[i, j, b] G[i, block b] (C is (n, m, n_blocks), G (n, D)) into `acc` in place: the transpose of `block_dots`."
-    (G, C) = _operands(G, C)
-    for a, (first, L, d, off) in zip(acc, runs):
+def block_sums(C:torch.Tensor, G:torch.Tensor, runs) -> list[torch.Tensor]:
+    "sum_i C[i, j, b] G[i, block b] (C is (n, m, n_blocks), G (n, D)), the transpose of `block_dots`: one float32 (L, m, d) per run."
+    (G, C), out = _operands(G, C), []
+    for first, L, d, off in runs:
         Cl, Gl = C[:, :, first:first + L].permute(2, 1, 0).contiguous(), G[:, off:off + L * d].reshape(len(G), L, d).transpose(0, 1)   # (L, m, n), (L, n, d)
-        if G.dtype == torch.float32: a.baddbmm_(Cl, Gl)                       # summed inside the product: no (m, D) temporary per chunk
-        elif L <= LOOP_BLOCKS:
-            for j in range(L): a[j] += weighted_rows(Cl[j], Gl[j])
-        else: a += torch.bmm(Cl, Gl)
-
-def block_combine(C:torch.Tensor, G:torch.Tensor, runs) -> torch.Tensor:
-    "(m, D) float64: row j is sum_i C[i, j, b] G[i, block b] for each block b, over one chunk (a pass accumulates with `block_accumulate`)."
-    acc = run_sums(runs, C.shape[1]); block_accumulate(acc, C, G, runs); return from_run_sums([acc], runs, G.shape[1])
+        if G.dtype == torch.bfloat16 and L <= LOOP_BLOCKS: out.append(torch.stack([weighted_rows(Cl[j], Gl[j]) for j in range(L)]))
+        else: out.append(torch.bmm(Cl, Gl).float())
+    return out
 
 FLUSH_CHUNKS = 64      # float32 sums of at most this many chunks, then into float64: a store of 100,000 chunks loses no precision
 
 class RunTotals:
-    "One worker's weighted sums: `run_sums` in float32 over its last chunks, moved into float64 totals every `FLUSH_CHUNKS` chunks."
-    def __init__(self, runs, m:int): self.acc, self.k = run_sums(runs, m), 0; self.total = [a.double() for a in self.acc]
-    def add(self, C:torch.Tensor, G:torch.Tensor, runs):
-        block_accumulate(self.acc, C, G, runs); self.k += 1
+    "`block_sums` of chunks added in the order given: float32 over the last chunks, moved into float64 every `FLUSH_CHUNKS` chunks."
+    def __init__(self, runs, m:int): self.runs, self.k = runs, 0; self.acc = [torch.zeros(L, m, d) for first, L, d, off in runs]; self.total = [a.double() for a in self.acc]
+    def add(self, sums:list[torch.Tensor]):
+        for a, s in zip(self.acc, sums): a += s
+        self.k += 1
         if self.k % FLUSH_CHUNKS == 0: self.flush()
-    def flush(self) -> list[torch.Tensor]:
+    def flush(self):
         for t, a in zip(self.total, self.acc): t += a; a.zero_()
-        return self.total
+    def rows(self, D:int) -> torch.Tensor:
+        "(m, D) float64: the totals in the row layout."
+        self.flush(); u = torch.zeros(self.total[0].shape[1], D, dtype=torch.float64)
+        for t, (first, L, d, off) in zip(self.total, self.runs): u[:, off:off + L * d] = t.permute(1, 0, 2).reshape(-1, L * d)
+        return u
 
-def from_run_sums(accs:list[list[torch.Tensor]], runs, D:int) -> torch.Tensor:
-    "(m, D) float64 sum of several workers' `run_sums`, in the row layout."
-    u = torch.zeros(accs[0][0].shape[1], D, dtype=torch.float64)
-    for i, (first, L, d, off) in enumerate(runs): u[:, off:off + L * d] = sum(a[i].double() for a in accs).permute(1, 0, 2).reshape(-1, L * d)
-    return u
+def block_combine(C:torch.Tensor, G:torch.Tensor, runs) -> torch.Tensor:
+    "(m, D) float64: row j is sum_i C[i, j, b] G[i, block b] for each block b, over one chunk."
+    t = RunTotals(runs, C.shape[1]); t.add(block_sums(C, G, runs)); return t.rows(G.shape[1])
 
 # %% ../nbs/09_engines.ipynb #f5971490
 def _example_scale(index:GradientIndex, normalize:str) -> np.ndarray:
@@ -317,14 +310,13 @@ def inverse_hvp(self:DataInf, Q:torch.Tensor) -> torch.Tensor:
     idx, runs = self.index, _runs(self.layer_spans)                                    # a layer's adjacent blocks are one span: one product each
     lo = torch.from_numpy(self.span_layer); lam = torch.from_numpy(self.lam).float()
     Q = Q.float()
-    workers, mine = [], threading.local()                                         # each worker sums its chunks into its own accumulators
-    def part(start, G):                                                           # u += sum_i c_i g_i over one chunk
-        if not hasattr(mine, "sums"): mine.sums = RunTotals(runs, Q.shape[0]); workers.append(mine.sums)
+    def part(start, G):                                                           # sum_i c_i g_i over one chunk
         dots = block_dots(G, Q, runs)                                             # (n_c, m, n_spans): g_i . q, span by span
         if self.shared_layers: dots = torch.zeros(len(G), Q.shape[0], self.n_layers).index_add_(2, lo, dots)[:, :, lo]   # a layer's spans share its sum
-        mine.sums.add(dots * self.span_coef[start:start + len(G), None, :], G, runs)   # each stored row's coefficient, span by span
-    for _ in map_chunks(idx, part): pass                                          # one pass over the store
-    U = from_run_sums([w.flush() for w in workers], runs, idx.dim) if workers else torch.zeros(Q.shape[0], idx.dim, dtype=torch.float64)
+        return block_sums(dots * self.span_coef[start:start + len(G), None, :], G, runs)   # each stored row's coefficient, span by span
+    U = RunTotals(runs, Q.shape[0])
+    for _, _, sums in map_chunks(idx, part): U.add(sums)                         # one pass; chunks summed in the store's order, whichever worker ran them
+    U = U.rows(idx.dim)
     lam_cols = torch.cat([lam[lo[first:first + L]].repeat_interleave(d) for first, L, d, off in runs])
     return ((Q.double() - U / idx.n) / lam_cols.double()).float()
 
