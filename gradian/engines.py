@@ -93,7 +93,7 @@ def block_sums(C:torch.Tensor, G:torch.Tensor, runs) -> list[torch.Tensor]:
         else: out.append(torch.bmm(Cl, Gl).float())
     return out
 
-FLUSH_CHUNKS = 64      # float32 sums of at most this many chunks, then into float64: a store of 100,000 chunks loses no precision
+FLUSH_CHUNKS = 64      # float32 sums of at most this many chunks, then into float64: rounding does not grow with the store
 
 class RunTotals:
     "`block_sums` of chunks added in the order given: float32 over the last chunks, moved into float64 every `FLUSH_CHUNKS` chunks."
