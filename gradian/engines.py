@@ -23,9 +23,8 @@ from .index import GradientIndex
 
 # %% auto #0
 __all__ = ['LOOP_BLOCKS', 'ROW_TILE', 'TILED_QUERIES', 'FLUSH_CHUNKS', 'ENGINES', 'QueryVectors', 'EngineScores', 'chunk_dots',
-           'block_dots', 'weighted_rows', 'block_sums', 'RunTotals', 'block_combine', 'map_chunks', 'stream_scores',
-           'TopScores', 'stream_top_k', 'register_engine', 'Engine', 'make_engine', 'GradDot', 'DataInf', 'RepSim',
-           'EKFAC']
+           'block_dots', 'weighted_rows', 'block_sums', 'RunTotals', 'map_chunks', 'stream_scores', 'TopScores',
+           'stream_top_k', 'register_engine', 'Engine', 'make_engine', 'GradDot', 'DataInf', 'RepSim', 'EKFAC']
 
 # %% ../nbs/09_engines.ipynb #4edcd5c4
 @dataclass
@@ -109,10 +108,6 @@ class RunTotals:
         self.flush(); u = torch.zeros(self.total[0].shape[1], D, dtype=torch.float64)
         for t, (first, L, d, off) in zip(self.total, self.runs): u[:, off:off + L * d] = t.permute(1, 0, 2).reshape(-1, L * d)
         return u
-
-def block_combine(C:torch.Tensor, G:torch.Tensor, runs) -> torch.Tensor:
-    "(m, D) float64: row j is sum_i C[i, j, b] G[i, block b] for each block b, over one chunk."
-    t = RunTotals(runs, C.shape[1]); t.add(block_sums(C, G, runs)); return t.rows(G.shape[1])
 
 # %% ../nbs/09_engines.ipynb #f5971490
 def _example_scale(index:GradientIndex, normalize:str) -> np.ndarray:
