@@ -93,7 +93,7 @@ def test_datainf_scores_do_not_depend_on_the_workers(index, Q):
 
 
 def test_datainf_flushing_its_float32_sums_changes_nothing(index, Q, monkeypatch):
-    "Each worker's float32 sums move into float64 every FLUSH_CHUNKS chunks: after every chunk or once at the end, the same scores."
+    "The chunks' float32 sums move into float64 every FLUSH_CHUNKS chunks: after every chunk or once at the end, the same scores."
     import gradian.engines as E
     once = make_engine("datainf").fit(index).score(QueryVectors(Q)).scores
     monkeypatch.setattr(E, "FLUSH_CHUNKS", 1)
