@@ -88,7 +88,8 @@ def leave_cluster_out(p:SuiteParams, train, index, query, model:str, adapter, ou
     predicted query-loss change with the measured one. `index` and `query` are the diagnosis's, built on the fine-tune `adapter`;
     the engines score with that model, the measured changes are against the full retraining (`full_retrain_drift` says how far apart the two are).
     Every removal trains as many optimizer steps as the full run: with a fixed epoch count a smaller set would also mean a shorter fine-tune,
-    and the measured change would mostly be that.
+    and the measured change would mostly be that. `p.removal` says how a cluster is left out: masked (default: the full run's batches, the
+    cluster with no loss) or dropped (the batches reshuffle).
     Engines with a damping (`lambda_scale`) are also scored at each of `lambda_scales`: the damping sweep costs scoring, not training."""
     log, out, t0 = log or (lambda s: None), Path(out), time.perf_counter()
     examples = load_train(train); by_id = {e.id: e for e in examples}
@@ -108,13 +109,13 @@ def leave_cluster_out(p:SuiteParams, train, index, query, model:str, adapter, ou
     true = np.zeros(k)
     for c in range(k):
         log(f"[fidelity] retraining without cluster {c + 1} of {k} ({int((labels == c).sum())} examples)")
-        mc, _ = load_model(model, retrain_without(p, train, ids[labels == c].tolist(), out/f"without-{c}", model, max_steps=steps))
+        mc, _ = load_model(model, retrain_without(p, train, ids[labels == c].tolist(), out/f"without-{c}", model, p.removal, max_steps=steps))
         true[c] = query_loss(mc, tok, query, p.grad_batch_size) - L0
     rows = [dict(cluster=c, size=int((labels == c).sum()), planted=len(set(ids[labels == c]) & set(planted)), measured=true[c],
                  **{f"predicted_{e}": pred[e][c] for e in pred}) for c in range(k)]
     return dict(rows=rows, engines={e: spearman_ci(pred[e], true, seed=p.seed) for e in pred}, random=random_baseline(labels, k, true, seed=p.seed),
                 damping={e: {str(lam): spearman_ci(v, true, seed=p.seed) for lam, v in by.items()} for e, by in sweep.items()},
-                query_loss_full=L0, full_retrain_drift=drift, clustering=cl.method, n_trainings=k + 1, steps_per_training=steps, wall_s=round(time.perf_counter() - t0, 1))
+                query_loss_full=L0, full_retrain_drift=drift, clustering=cl.method, removal=p.removal, n_trainings=k + 1, steps_per_training=steps, wall_s=round(time.perf_counter() - t0, 1))
 
 # %% ../nbs/22a_fidelity.ipynb #797db767
 def random_subsets(n:int, m:int, fraction:float=0.5, seed:int=0) -> np.ndarray:
@@ -151,10 +152,10 @@ def datamodel_score(p:SuiteParams, train, index, query, model:str, adapter, out,
     true = np.zeros(n_subsets)
     for j in range(n_subsets):
         log(f"[fidelity] LDS: training on random subset {j + 1} of {n_subsets}")
-        mj, _ = load_model(model, retrain_without(p, train, ids[~keep[j]].tolist(), out/f"subset-{j}", model, max_steps=steps))
+        mj, _ = load_model(model, retrain_without(p, train, ids[~keep[j]].tolist(), out/f"subset-{j}", model, p.removal, max_steps=steps))
         true[j] = query_loss(mj, tok, query, p.grad_batch_size) - L0
     return dict(engines={e: spearman_ci(v, true, seed=p.seed) for e, v in pred.items()}, random=random_band(lambda s: subset_effects(s, keep), len(ids), true, seed=p.seed),
-                measured=true.tolist(), predicted={e: v.tolist() for e, v in pred.items()}, n_subsets=n_subsets, fraction=fraction,
+                measured=true.tolist(), predicted={e: v.tolist() for e, v in pred.items()}, n_subsets=n_subsets, fraction=fraction, removal=p.removal,
                 steps_per_training=steps, wall_s=round(time.perf_counter() - t0, 1))
 
 # %% ../nbs/22a_fidelity.ipynb #a349768c

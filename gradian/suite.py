@@ -17,14 +17,16 @@ from .core import GradianError, write_json
 from .scenarios import FAMILIES, ScenarioSpec, build_scenario, truth_metrics
 
 # %% auto #0
-__all__ = ['EXPERIMENTS', 'VERDICTS', 'RAISE', 'SuiteParams', 'Verdict', 'device_name', 'suite_model', 'train_and_analyze',
-           'diagnosis_numbers', 'verdict_a', 'experiment_a', 'DefectCase', 'truncation_case', 'defect_cases',
-           'fire_checks', 'verdict_b', 'experiment_b', 'rows_without', 'retrain_without', 'retrained_delta',
-           'verdict_c', 'round_one', 'experiment_c', 'drilled', 'long_ranks', 'verdict_d', 'experiment_d',
-           'write_verdicts', 'params_from', 'experiment_notebook', 'run_experiment', 'run_suite']
+__all__ = ['EXPERIMENTS', 'REMOVALS', 'VERDICTS', 'RAISE', 'SuiteParams', 'Verdict', 'device_name', 'suite_model',
+           'train_and_analyze', 'diagnosis_numbers', 'verdict_a', 'experiment_a', 'DefectCase', 'truncation_case',
+           'defect_cases', 'fire_checks', 'verdict_b', 'experiment_b', 'rows_without', 'retrain_without',
+           'retrained_delta', 'verdict_c', 'round_one', 'experiment_c', 'drilled', 'long_ranks', 'verdict_d',
+           'experiment_d', 'write_verdicts', 'params_from', 'experiment_notebook', 'run_experiment', 'run_suite']
 
 # %% ../nbs/22_suite.ipynb #7e74e64d
 EXPERIMENTS = {"A": "planted poison", "B": "mechanical defects", "C": "recovery", "D": "buried fact", "E": "fidelity against retraining"}
+
+REMOVALS = ("mask", "drop")        # how a retraining leaves rows out (experiment E); see retrain_without
 
 @dataclass
 class SuiteParams:
@@ -46,6 +48,7 @@ class SuiteParams:
     n_clusters: int = 10               # experiment E: clusters left out one at a time (one retraining each, plus one of the full set)
     engines: str = "datainf,graddot,repsim,ekfac"   # experiment E: the engines whose predictions are checked
     lds_subsets: int = 0               # experiment E: random half-subsets retrained for the linear datamodeling score (0: none; else at least 3)
+    removal: str = "mask"              # experiment E: how a retraining leaves rows out: 'mask' (same batches, no loss) or 'drop' (removed)
 
 # %% ../nbs/22_suite.ipynb #d7f53f84
 @patch
@@ -56,6 +59,7 @@ def check(self:SuiteParams) -> SuiteParams:
     if self.family not in FAMILIES: bad.append(("family", f"must be one of {', '.join(FAMILIES)}"))
     if self.projection_dim is not None and self.projection_dim <= 0: bad.append(("projection_dim", "must be positive or None"))
     if self.lds_subsets != 0 and self.lds_subsets < 3: bad.append(("lds_subsets", "must be 0 (no LDS) or at least 3"))
+    if self.removal not in REMOVALS: bad.append(("removal", f"must be one of {', '.join(REMOVALS)}"))
     if self.n_clusters < 3: bad.append(("n_clusters", "must be at least 3 (a rank correlation over fewer clusters says nothing)"))
     from gradian.engines import ENGINES
     if unknown := [e for e in self.engine_names if e not in ENGINES]: bad.append(("engines", f"names unknown engine(s) {', '.join(unknown)}; use {', '.join(ENGINES)}"))
@@ -280,25 +284,29 @@ def rows_without(train, drop) -> str:
     return "\n".join(l for l in Path(train).read_text().splitlines() if l.strip() and json.loads(l)["id"] not in drop) + "\n"
 
 # %% ../nbs/22_suite.ipynb #37cd4ad0
-def _trained_on(out:Path, rows:str, model:str, settings:dict) -> bool:
-    "Whether `out` holds a finished training (its manifest is written last) on exactly `rows`, from `model`, under `settings`."
+def _trained_on(out:Path, rows:str, model:str, settings:dict, masked=()) -> bool:
+    "Whether `out` holds a finished training (its manifest is written last) on exactly `rows`, from `model`, under `settings`, masking `masked`."
     man, data = out/"adapter"/"train_manifest.json", out/"train.jsonl"
     if not (man.is_file() and data.is_file() and data.read_text() == rows): return False
     m = json.loads(man.read_text())
-    return m["model"].get("ref") == model and all(m["training"].get(k) == v for k, v in settings.items())
+    return (m["model"].get("ref") == model and all(m["training"].get(k) == v for k, v in settings.items())
+            and m["data"].get("masked_ids", []) == sorted(masked))
 
-def retrain_without(p:SuiteParams, train, drop, out, model:str, **training) -> Path:
+def retrain_without(p:SuiteParams, train, drop, out, model:str, removal:str="drop", **training) -> Path:
     """Train a LoRA adapter on `train` without the ids in `drop`, under the run's settings and seed (`training` overrides some, e.g.
-    `max_steps`); returns `out/adapter`. A finished run already in `out` on the same rows, model and settings is reused (training is
-    seeded), so a batch of retrainings cut off part way resumes where it stopped."""
+    `max_steps`); returns `out/adapter`. `removal="drop"` trains on the other rows; `"mask"` trains on every row in the full run's
+    order, the ids in `drop` with no loss (`train_adapter(mask_ids=...)`). A finished run already in `out` on the same rows, masks,
+    model and settings is reused (training is seeded), so a batch of retrainings cut off part way resumes where it stopped."""
     from gradian.model.training import train_adapter
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
-    rows = rows_without(train, drop)
-    if _trained_on(out, rows, model, {**p.training(), **training, "backend": p.backend, "max_seq_length": p.max_seq_length}): return out/"adapter"
+    if removal not in REMOVALS: raise GradianError(f"removal must be one of {', '.join(REMOVALS)}, got {removal!r}", fix="pass removal='drop' or 'mask'")
+    masked = sorted(map(str, drop)) if removal == "mask" else []
+    rows = rows_without(train, [] if masked else drop)
+    if _trained_on(out, rows, model, {**p.training(), **training, "backend": p.backend, "max_seq_length": p.max_seq_length}, masked): return out/"adapter"
     shutil.rmtree(out/"adapter", ignore_errors=True)                 # first: a training cut off below must not leave another run's adapter beside these rows
     (out/"train.jsonl").write_text(rows)
     train_adapter(out/"train.jsonl", out/"adapter", model=model, backend=p.backend, max_seq_length=p.max_seq_length, overwrite=True,
-                  progress=False, log=None, **{**p.training(), **training})
+                  progress=False, log=None, mask_ids=masked, **{**p.training(), **training})
     return out/"adapter"
 
 def retrained_delta(p:SuiteParams, train, eval, capability:str, drop, out, model:str) -> dict:

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from gradian.core import GradianError
 from gradian.data import load_eval, load_train
 from gradian.fidelity import datamodel_score, leave_cluster_out, query_loss
 from gradian.index import build_index
@@ -36,6 +37,10 @@ def test_leave_cluster_out_on_the_tiny_model(tmp_path):
     assert r["n_trainings"] == 4
     steps = [json.loads((tmp_path / "lco" / d / "adapter" / "train_manifest.json").read_text())["result"]["global_step"] for d in ("full", "without-0", "without-1", "without-2")]
     assert steps == [r["steps_per_training"]] * 4, steps   # a removal is not also a shorter fine-tune
+    assert r["removal"] == "mask"
+    for c, row in enumerate(r["rows"]):                    # masked: every retraining keeps all rows in the full run's order, the cluster without loss
+        data = json.loads((tmp_path / "lco" / f"without-{c}" / "adapter" / "train_manifest.json").read_text())["data"]
+        assert data["n_trained"] == idx.n and len(data["masked_ids"]) == row["size"]
     lds = datamodel_score(p, tr, idx, q, ref, adapter, tmp_path / "lco", n_subsets=3)       # reuses the full run above
     assert set(lds["engines"]) == {"datainf", "graddot"} and len(lds["measured"]) == 3 and all(np.isfinite(lds["measured"]))
     assert lds["random"]["lo"] < 0 < lds["random"]["hi"]
@@ -49,10 +54,13 @@ def test_a_finished_retraining_is_reused_and_no_other(tmp_path):
     retrain_without(p, tr, drop, tmp_path / "r", ref); first = weights()
     retrain_without(p, tr, drop, tmp_path / "r", ref)
     assert weights() == first                                                       # same rows, model, settings: reused
-    for change in (dict(drop=sc.culprits[:3]), dict(max_steps=2)):                 # other rows, another setting: trained again
-        before = weights()
+    for change in (dict(drop=sc.culprits[:3]), dict(max_steps=2), dict(removal="mask"), dict(removal="mask", drop=sc.culprits[:1])):
+        before = weights()                                                          # other rows, setting, removal or mask: trained again
         retrain_without(p, tr, change.get("drop", drop), tmp_path / "r", ref, **{k: v for k, v in change.items() if k != "drop"})
         assert weights() != before, change
+    before = weights(); retrain_without(p, tr, sc.culprits[:1], tmp_path / "r", ref, removal="mask")
+    assert weights() == before                                                      # the same mask again: reused
+    with pytest.raises(GradianError, match="removal"): retrain_without(p, tr, drop, tmp_path / "r", ref, removal="hide")
     (tmp_path / "r" / "adapter" / "train_manifest.json").unlink()                   # cut off before the manifest: not finished
     before = weights(); retrain_without(p, tr, sc.culprits[:3], tmp_path / "r", ref, max_steps=2)
     assert weights() != before

@@ -37,6 +37,8 @@ def parse(argv=None):
     ap.add_argument("--n-clusters", type=int, default=10, help="experiment E: clusters left out one at a time (one training each, plus one)")
     ap.add_argument("--engines", default="datainf,graddot,repsim,ekfac", help="experiment E: engines whose predictions are checked")
     ap.add_argument("--lds-subsets", type=int, default=0, help="experiment E: also retrain on this many random halves for the linear datamodeling score (0: none)")
+    ap.add_argument("--removal", default="mask", choices=["mask", "drop"],
+                    help="experiment E: how a retraining leaves rows out: mask (the full run's batches, the rows with no loss) or drop (removed; batches reshuffle)")
     ap.add_argument("--out", default=None, help="results folder (default experiments/gpu/results/<stamp>)")
     return ap.parse_args(argv)
 
@@ -49,7 +51,7 @@ def main(argv=None) -> int:
         p = SuiteParams(model=a.model, backend=a.backend, family=a.family, n_clean=a.n_clean, poison_fraction=a.poison_fraction, epochs=a.epochs,
                         lr=a.lr, max_seq_length=a.max_seq_length, module_filter=a.module_filter, projection_dim=a.projection_dim or None,
                         fp16_store=a.fp16_store, grad_batch_size=a.grad_batch_size, seed=a.seed, quick=a.quick,
-                        n_clusters=a.n_clusters, engines=a.engines, lds_subsets=a.lds_subsets).check()
+                        n_clusters=a.n_clusters, engines=a.engines, lds_subsets=a.lds_subsets, removal=a.removal).check()
         have = sorted(e for e in EXPERIMENTS if list(NB_DIR.glob(f"{e}_*.ipynb")))
         exps = have if a.all else [e.strip().upper() for e in a.experiment.split(",")]
         if a.all and len(have) < len(EXPERIMENTS): print(f"[suite] no notebook yet for {', '.join(sorted(set(EXPERIMENTS) - set(have)))}")

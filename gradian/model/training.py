@@ -16,8 +16,8 @@ from ..config import DataConfig, GradianConfig, ModelConfig, TrainingConfig, con
 from .backends import BACKENDS, IGNORE, TrainRun, TrainSpec, get_backend, training_rows
 
 # %% auto #0
-__all__ = ['TRAIN_MANIFEST', 'MANIFEST_SCHEMA', 'TRAIN_VERSIONED', 'loss_curve', 'build_manifest', 'save_adapter', 'TrainResult',
-           'train_adapter']
+__all__ = ['TRAIN_MANIFEST', 'MANIFEST_SCHEMA', 'TRAIN_VERSIONED', 'loss_curve', 'build_manifest', 'save_adapter', 'mask_rows',
+           'TrainResult', 'train_adapter']
 
 # %% ../../nbs/04e_model.training.ipynb #41c89ccf
 def loss_curve(log_history:list) -> list[dict]:
@@ -48,7 +48,8 @@ def _model_identity(model_ref, model) -> dict:
     return d
 
 # %% ../../nbs/04e_model.training.ipynb #0028cdfd
-def build_manifest(backend:str, run:TrainRun, spec:TrainSpec, model_ref, base_model, tokenizer, examples, rows, dropped, findings, data_source=None) -> dict:
+def build_manifest(backend:str, run:TrainRun, spec:TrainSpec, model_ref, base_model, tokenizer, examples, rows, dropped, findings, data_source=None,
+                   masked=()) -> dict:
     "The `train_manifest.json` content of one training run."
     curve = loss_curve(run.log_history)
     tpl = getattr(tokenizer, "chat_template", None)
@@ -56,7 +57,7 @@ def build_manifest(backend:str, run:TrainRun, spec:TrainSpec, model_ref, base_mo
         model=_model_identity(model_ref, base_model),
         tokenizer=dict(name_or_path=getattr(tokenizer, "name_or_path", None), chat_template_sha256_16=stable_hash(tpl) if tpl else None),
         data=dict(source=None if data_source is None else str(data_source), n_examples=len(examples), n_trained=len(rows),
-                  left_out_ids=list(dropped), examples_sha256_16=stable_hash([[e.id, e.messages] for e in examples]),
+                  left_out_ids=list(dropped), masked_ids=sorted(masked), examples_sha256_16=stable_hash([[e.id, e.messages] for e in examples]),
                   rows_sha256_16=stable_hash([[r["input_ids"], r["labels"]] for r in rows]),
                   n_supervised_tokens=sum(sum(l != IGNORE for l in r["labels"][1:]) for r in rows)),
         training={**asdict(spec.training), "max_seq_length": spec.max_seq_length, "device": spec.device, "dtype": spec.dtype},
@@ -138,6 +139,15 @@ def _preflight(examples, tokenizer, max_seq_length:int, log) -> tuple[list, list
     if dropped: log(f"left out {len(dropped)} example(s) with no supervised token within max_seq_length: {', '.join(dropped[:5])}" + (" ..." if len(dropped) > 5 else ""))
     return findings, rows, dropped
 
+# %% ../../nbs/04e_model.training.ipynb #d93b21cd
+def mask_rows(rows:list[dict], ids) -> list[dict]:
+    "`rows` with the examples `ids` kept in place but given no target (labels all -100): out of the loss, not out of the batches."
+    ids = set(ids)
+    if unknown := sorted(ids - {r["id"] for r in rows}):
+        raise GradianError(f"mask_ids names {len(unknown)} example(s) that are not training rows: {', '.join(map(str, unknown[:5]))}",
+                           fix="pass ids of the training data (an example left out for lack of a target cannot be masked)")
+    return [dict(r, labels=[IGNORE] * len(r["labels"])) if r["id"] in ids else r for r in rows]
+
 # %% ../../nbs/04e_model.training.ipynb #7d8278e6
 @dataclass
 class TrainResult:
@@ -164,8 +174,9 @@ def _load_inputs(data, model, tokenizer, split) -> tuple[list, Any, bool]:
 # %% ../../nbs/04e_model.training.ipynb #da9e5d2d
 def train_adapter(data, out, model="embedded", tokenizer=None, cfg=None, backend:str|None=None, max_seq_length:int|None=None,
                   dtype:str|None=None, device:str|None=None, overwrite:bool=False, callbacks=(), progress:bool=False,
-                  log:Callable|None=print, split:str|None=None, **training) -> TrainResult:
-    "Train a LoRA adapter on `data` with a registered backend and write it (plus `train_manifest.json`) to `out`."
+                  log:Callable|None=print, split:str|None=None, mask_ids=(), **training) -> TrainResult:
+    """Train a LoRA adapter on `data` with a registered backend and write it (plus `train_manifest.json`) to `out`.
+    `mask_ids`: examples that stay in the batches but carry no loss (see `mask_rows`)."""
     log = log or (lambda s: None)
     tc, msl, dtype, device = _resolve(cfg, backend, max_seq_length, dtype, device, training)
     be = get_backend(tc.backend); be.check_ready()
@@ -174,12 +185,13 @@ def train_adapter(data, out, model="embedded", tokenizer=None, cfg=None, backend
     log(f"gradian train: backend {tc.backend}, model {model if is_ref else type(model).__name__}, {len(examples)} examples, "
         f"max_seq_length {msl}, device {device}")
     findings, rows, dropped = _preflight(examples, tokenizer, msl, log)
+    if len(mask_ids): rows = mask_rows(rows, mask_ids); log(f"masked {len(set(mask_ids))} example(s): in the batches, out of the loss")
     with tempfile.TemporaryDirectory(prefix="gradian-train-") as work:
         spec = TrainSpec(tc, msl, Path(work), device, dtype, list(callbacks), progress, log)
         run = be.train(model, tokenizer, rows, spec)
     base = run.model.get_base_model() if hasattr(run.model, "get_base_model") else run.model
     manifest = build_manifest(tc.backend, run, spec, model if is_ref else None, base, tokenizer, examples, rows, dropped, findings,
-                              data_source=str(data) if isinstance(data, (str, Path)) else type(data).__name__)
+                              data_source=str(data) if isinstance(data, (str, Path)) else type(data).__name__, masked=set(mask_ids))
     save_adapter(run.model, out, manifest, overwrite=overwrite)
     res = TrainResult(out, json.loads((out/TRAIN_MANIFEST).read_text()), findings, run.model)
     log(f"adapter written to {out} ({run.global_step} steps, loss {res.losses[0]:.4f} -> {res.losses[-1]:.4f})" if res.losses else f"adapter written to {out}")

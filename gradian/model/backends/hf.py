@@ -19,7 +19,7 @@ from ...core import GradianError
 from . import Backend, CausalCollator, IGNORE, TrainRun, TrainSpec, trainer_arguments
 
 # %% auto #0
-__all__ = ['HF_LOSS', 'LossLogger', 'HFBackend', 'run_trainer']
+__all__ = ['HF_LOSS', 'LossLogger', 'HFBackend', 'floor_targets', 'run_trainer']
 
 # %% ../../../nbs/04b_model.backends.hf.ipynb #f5cc3afb
 class LossLogger(TrainerCallback):
@@ -82,10 +82,22 @@ def make_trainer(self:HFBackend, model, tokenizer, rows:list[dict], spec:TrainSp
     cbs = [LossLogger(spec.log, spec.progress, f"training ({self.name})"), *spec.callbacks]
     return Trainer(model=model, args=args, train_dataset=_Rows(rows), data_collator=CausalCollator(tokenizer.pad_token_id), callbacks=cbs)
 
+# %% ../../../nbs/04b_model.backends.hf.ipynb #1c8cbe39
+def floor_targets(trainer) -> None:
+    """Make a step whose rows carry no target (every row masked, see `train_adapter(mask_ids=...)`) a zero-loss step instead of 0/0:
+    the target count `num_items_in_batch` is floored at 1. Steps with a target are untouched."""
+    inner = trainer.compute_loss
+    def compute_loss(model, inputs, *args, num_items_in_batch=None, **kw):
+        if torch.is_tensor(num_items_in_batch): num_items_in_batch = num_items_in_batch.clamp(min=1)
+        elif num_items_in_batch == 0: num_items_in_batch = 1
+        return inner(model, inputs, *args, num_items_in_batch=num_items_in_batch, **kw)
+    trainer.compute_loss = compute_loss
+
 # %% ../../../nbs/04b_model.backends.hf.ipynb #1ed0cc2d
 def run_trainer(trainer, spec:TrainSpec, loss_normalization:str, versions:dict|None=None) -> TrainRun:
     "Train with `trainer` (a transformers `Trainer` or subclass) under Gradian's logging; return a `TrainRun`."
     for cb in (PrinterCallback, ProgressCallback): trainer.remove_callback(cb)
+    floor_targets(trainer)
     t0 = time.perf_counter()
     out = trainer.train()
     model = trainer.model.eval()
