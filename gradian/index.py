@@ -28,11 +28,11 @@ from .provenance import (FINGERPRINT_RULE, adapter_fingerprint, data_fingerprint
 
 # %% auto #0
 __all__ = ['INDEX_FORMAT', 'INDEX_VERSION', 'LOSS_RULE', 'QUERY_FIELDS', 'AUX_FIXED', 'SHARD_BYTES', 'HALF_DTYPE', 'STORE_DTYPES',
-           'INTEGRITY', 'CHUNK_ROWS', 'CHUNK_BYTES', 'WINDOW_BYTES', 'INDEX_RESULT_FIELDS', 'store_dtype',
-           'auto_shard_size', 'to_store', 'as_stored', 'index_manifest', 'GradientIndex', 'index_settings',
-           'block_sqnorms', 'Ranks', 'current_ranks', 'init_distributed', 'build_index', 'index_problems',
-           'verify_index', 'index_findings', 'query_manifest', 'check_query_manifest', 'make_capture', 'settings_diff',
-           'describe_index']
+           'INTEGRITY', 'HUGE', 'CHUNK_ROWS', 'CHUNK_BYTES', 'WINDOW_BYTES', 'INDEX_RESULT_FIELDS', 'store_dtype',
+           'auto_shard_size', 'to_store', 'as_stored', 'index_manifest', 'huge_mapped_share', 'GradientIndex',
+           'index_settings', 'block_sqnorms', 'Ranks', 'current_ranks', 'init_distributed', 'build_index',
+           'index_problems', 'verify_index', 'index_findings', 'query_manifest', 'check_query_manifest', 'make_capture',
+           'settings_diff', 'describe_index']
 
 # %% ../nbs/08_index.ipynb #99536ce1
 INDEX_FORMAT, INDEX_VERSION = "gradian-index", 1
@@ -141,6 +141,46 @@ def _save_npy(path:Path, arr:np.ndarray):
     except BaseException:
         Path(tmp).unlink(missing_ok=True); raise
 
+# %% ../nbs/08_index.ipynb #dfc3c2ad
+HUGE = 2 << 20                       # a huge page (x86-64 and arm64 with 4 KB base pages); windows start on a multiple of it
+_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform.startswith("linux") else None)   # Linux 5.14+
+_POPULATE = {"advise": _MADV_POPULATE_READ is not None}
+
+def _map_read(fd:int, offset:int, length:int) -> mmap.mmap:
+    "A read-only shared mapping of `length` bytes at `offset`, advised to use huge pages, its page tables filled in one call."
+    if not _POPULATE["advise"]: return mmap.mmap(fd, length, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ, offset=offset)
+    m = mmap.mmap(fd, length, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=offset)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        try: m.madvise(mmap.MADV_HUGEPAGE)
+        except OSError: pass                                     # no transparent huge pages: 4 KB pages, as before
+    try: m.madvise(_MADV_POPULATE_READ)
+    except OSError: _POPULATE["advise"] = False                  # a kernel before 5.14: MAP_POPULATE from the next window on
+    return m
+
+# %% ../nbs/08_index.ipynb #5c82fa03
+def _recache(path, window:int=64 << 20) -> None:
+    "Drop a finished file's pages from the page cache and read it back through `_map_read` windows, so the cache holds it in huge pages."
+    if not hasattr(os, "posix_fadvise"): return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)      # clean pages only: the caller has fsynced
+        for lo in range(0, size, window): _map_read(fd, lo, min(window, size - lo)).close()
+    finally: os.close(fd)
+
+# %% ../nbs/08_index.ipynb #60a71e16
+def huge_mapped_share(path) -> float|None:
+    "The share of `path`, mapped whole and filled, that the kernel maps in 2 MB pages (/proc/self/smaps FilePmdMapped / Rss); None off Linux."
+    import re
+    if not Path("/proc/self/smaps").is_file(): return None
+    fd = os.open(path, os.O_RDONLY); m = _map_read(fd, 0, os.fstat(fd).st_size); kb, cur = {}, False
+    try:
+        for line in open("/proc/self/smaps"):
+            if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line): cur = line.rstrip().endswith(str(Path(path).resolve()))
+            elif cur and (k := line.split(":")[0]) in ("Rss", "FilePmdMapped"): kb[k] = kb.get(k, 0) + int(line.split()[1])
+    finally: m.close(); os.close(fd)
+    return kb.get("FilePmdMapped", 0) / max(1, kb.get("Rss", 0))
+
 # %% ../nbs/08_index.ipynb #987adb91
 class _RowWriter:
     "A .npy file of shape (n, D) filled row by row at any position (pwrite), so no shard is held in memory; renamed into place by `commit` (or `close`)."
@@ -155,8 +195,8 @@ class _RowWriter:
         values = np.ascontiguousarray(values, dtype=self.dtype)
         for r, v in zip(rows, values): os.pwrite(self.f.fileno(), v.tobytes(), self.head + r * self.row)
     def finish(self):
-        "Flush and fsync under the temporary name: the bytes are final (and can be hashed), the file not yet in place."
-        self.f.flush(); os.fsync(self.f.fileno()); self.f.close()
+        "Flush and fsync under the temporary name: the bytes are final (and can be hashed), the file not yet in place; recached in huge pages."
+        self.f.flush(); os.fsync(self.f.fileno()); self.f.close(); _recache(self.tmp)
     def commit(self): os.replace(self.tmp, self.path)
     def close(self): self.finish(); self.commit()
     def abort(self):
@@ -537,7 +577,6 @@ def iter_shards(self:GradientIndex) -> Iterator[tuple[int, np.ndarray, np.ndarra
 
 # %% ../nbs/08_index.ipynb #6972889c
 CHUNK_ROWS, CHUNK_BYTES, WINDOW_BYTES = 4096, 16 << 20, 64 << 20
-_MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)          # pre-fault each window (Linux); plain shared elsewhere
 
 def _npy_data_offset(path:Path) -> int:
     with open(path, "rb") as f:
@@ -551,8 +590,8 @@ def _windows(path:Path, n:int, dim:int, dtype:np.dtype, window:int) -> Iterator[
     per = max(1, window // max(1, rb))
     with open(path, "rb") as f:
         for a in range(0, n, per):
-            r = min(per, n - a); start = head + a * rb; lo = start - start % mmap.ALLOCATIONGRANULARITY
-            m = mmap.mmap(f.fileno(), start - lo + r * rb, flags=_MAP_FLAGS, prot=mmap.PROT_READ, offset=lo)
+            r = min(per, n - a); start = head + a * rb; lo = start - start % HUGE           # 2 MB-aligned: mappable by huge pages
+            m = _map_read(f.fileno(), lo, start - lo + r * rb)
             yield a, np.frombuffer(m, dtype=dtype, count=r * dim, offset=start - lo).reshape(r, dim)
             del m
 

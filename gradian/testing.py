@@ -214,12 +214,12 @@ def hostile_report(s:str):
 # %% ../nbs/21_testing.ipynb #dae78f27
 def synthetic_index(path, n:int, dim:int, store_dtype:str="bfloat16", n_blocks:int=16, seed:int=0, shard_size:int|None=None):
     "A valid gradient index of `n` random rows x `dim` at `path` (reused when one with these arguments is there); returns it opened."
-    import hashlib, json
+    import hashlib, json, os
     from gradian.index import (GradientIndex, INDEX_FORMAT, INDEX_VERSION, INTEGRITY, _file_record, _manifest_sha256, _npy_dtype,
-                               _save_npy, _shard_paths, _skey, auto_shard_size, to_store, STORE_DTYPES)
+                               _save_npy, _shard_paths, _skey, auto_shard_size, to_store, STORE_DTYPES, _recache)
     path, d = Path(path), dim // n_blocks
     if dim % n_blocks: raise ValueError(f"dim {dim} is not a multiple of n_blocks {n_blocks}")
-    stamp = dict(n=n, dim=dim, store_dtype=store_dtype, n_blocks=n_blocks, seed=seed, shard_size=shard_size)
+    stamp = dict(n=n, dim=dim, store_dtype=store_dtype, n_blocks=n_blocks, seed=seed, shard_size=shard_size, writer=2)   # 2: shards recached in huge pages
     if (path/"synthetic.json").is_file() and json.loads((path/"synthetic.json").read_text()) == stamp: return GradientIndex(path)
     S = shard_size or auto_shard_size(dim, _npy_dtype(store_dtype).itemsize, 8)
     (path/"shards").mkdir(parents=True, exist_ok=True); (path/"synthetic.json").unlink(missing_ok=True)
@@ -235,6 +235,8 @@ def synthetic_index(path, n:int, dim:int, store_dtype:str="bfloat16", n_blocks:i
                 g = torch.randn(min(16384, rows - a), dim, generator=gen) * torch.exp(4.6 * torch.rand(min(16384, rows - a), 1, generator=gen))
                 g = g.to(STORE_DTYPES[store_dtype][1]); f.write(to_store(g).tobytes())
                 aux[a:a + len(g), 3:] = g.float().reshape(len(g), n_blocks, d).pow(2).sum(2).numpy()
+            f.flush(); os.fsync(f.fileno())
+        _recache(grads_p)                                   # in huge pages, as the index writer leaves its shards
         _save_npy(aux_p, aux)
         shards[_skey(s)] = dict(rows=rows, aux=_file_record(aux_p), grads=_file_record(grads_p), excluded=[])
     m = dict(format=INDEX_FORMAT, format_version=INDEX_VERSION, synthetic=stamp, data=dict(n_examples=n, fingerprint=f"synthetic-{seed}"),
