@@ -9,7 +9,7 @@ Rows:
                         LoRA forward+backward on the same batches (benchmarks/index_throughput.py's workers, interleaved)
   read bandwidth        GB/s of a torch sum over an in-memory buffer as large as the store: the reference for scoring
   graddot               GB/s of scoring M queries against a synthetic store on disk (`gradian.testing.synthetic_index`,
-                        with blocks of the default projection width, k=1024; in the page cache after a warm-up pass), as a share of the read bandwidth; peak resident memory
+                        with blocks of the default projection width, k=1024, its shards recached in huge pages as an index's are, the share printed; in the page cache after a warm-up pass), as a share of the read bandwidth; peak resident memory
                         of the scoring process (interpreter and torch included)
   graddot top-100       the same pass keeping only a running top-100 per query
   datainf               fit + score on the same store, as a multiple of graddot's time (it reads the store twice)
@@ -148,6 +148,13 @@ def _stores(a) -> dict:
             "wide": synthetic_index(root / f"store-{wide}x{WIDE_DIM}-float32-b{WIDE_BLOCKS}", wide, WIDE_DIM, "float32", n_blocks=WIDE_BLOCKS)}
 
 
+def _huge_share(index) -> float | None:
+    "The share of the store's grads files the kernel maps in 2 MB pages (None off Linux): how the page cache holds what scoring reads."
+    from gradian.index import huge_mapped_share
+    shares = [huge_mapped_share(p) for p in sorted((Path(index.path) / "shards").glob("*.grads.npy"))]
+    return None if not shares or shares[0] is None else sum(shares) / len(shares)
+
+
 def table(r: dict) -> str:
     bw, out = r["bandwidth"]["gbs"], []
     row = lambda what, fig, ratio, note="": out.append(f"{what:<30}{fig:>16}  {ratio:<42} {note}")
@@ -159,8 +166,9 @@ def table(r: dict) -> str:
     for name, s in r["scoring"].items():
         gbs = s["bytes"] / s["seconds"] / 1e9
         extra = f", {s['x_graddot']:.2f}x graddot's time" if "x_graddot" in s else ""
+        huge = f", {r['huge_pages']:.0%} in 2 MB pages" if r.get("huge_pages") is not None and name.startswith("graddot, ") and "store" not in name else ""
         row(name, f"{gbs:.1f} GB/s", f"{gbs / bw:.0%} of read bw{extra}",
-            f"{s['bytes'] / 1e9:.2f} GB store, {s['seconds']:.2f} s, peak RSS {s['peak_rss'] / 2**20:,.0f} MB")
+            f"{s['bytes'] / 1e9:.2f} GB store{huge}, {s['seconds']:.2f} s, peak RSS {s['peak_rss'] / 2**20:,.0f} MB")
     if "paired" in r:
         p = r["paired"]
         row("datainf / graddot, paired", f"{p['ratio_median']:.2f}x", f"median of {len(p['rounds'])} rounds ({p['ratio_lo']:.2f}-{p['ratio_hi']:.2f}x)",
@@ -207,6 +215,7 @@ def main(argv=None):
              if Path("/proc/cpuinfo").exists() else "?")
     r["index"] = [_index_vs_plain(m, 32 if a.quick else 64, 1 if a.quick or m == "1b" else 3, a.device) for m in models]
     stores = _stores(a)
+    r["huge_pages"] = _huge_share(stores["bfloat16"])
     r["bandwidth"] = dict(bytes=stores["bfloat16"].nbytes(), **_run(["--worker", "bandwidth", "--bytes", stores["bfloat16"].nbytes(), "--reps", a.reps]))
     sc, big = {}, str(stores["bfloat16"].path)
     sc[f"graddot, {a.queries} queries"] = _run(["--worker", "score", "--store", big, "--engine", "graddot", "--queries", a.queries, "--reps", a.reps])
