@@ -301,7 +301,7 @@ def retrain_without(p:SuiteParams, train, drop, out, model:str, removal:str="dro
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     if removal not in REMOVALS: raise GradianError(f"removal must be one of {', '.join(REMOVALS)}, got {removal!r}", fix="pass removal='drop' or 'mask'")
     masked = sorted(map(str, drop)) if removal == "mask" else []
-    rows = rows_without(train, [] if masked else drop)
+    rows = rows_without(train, [] if removal == "mask" else drop)          # masked rows stay in the data
     if _trained_on(out, rows, model, {**p.training(), **training, "backend": p.backend, "max_seq_length": p.max_seq_length}, masked): return out/"adapter"
     shutil.rmtree(out/"adapter", ignore_errors=True)                 # first: a training cut off below must not leave another run's adapter beside these rows
     (out/"train.jsonl").write_text(rows)
