@@ -329,13 +329,16 @@ def retrain_table(rows) -> str:
         if "skipped" in rt: out.append(f"{r['scenario']:28s} skipped: {rt['skipped']}"); ok.append(False); continue
         rand = [v["recovered"] for k, v in rt.items() if k.startswith("random")]
         n_removed = round(rt["accused"]["culprits_removed"] / rt["removal_precision"]) if rt["removal_precision"] else None
-        if r.get("n_accused") is not None and n_removed != r["n_accused"]:      # retrained under an earlier rule: not evidence for this one
-            out.append(f"{r['scenario']:28s} stale: retrained without {n_removed} rows, the current rule accuses {r['n_accused']}"); ok.append(False); continue
+        now = (r["n_accused"], round(r["accused_precision"] * r["n_accused"])) if r.get("n_accused") is not None and r.get("accused_precision") is not None else None
+        if now is not None and (n_removed, rt["accused"]["culprits_removed"]) != now:   # retrained under an earlier rule: not evidence for this one
+            out.append(f"{r['scenario']:28s} stale: retrained without {n_removed} rows ({rt['accused']['culprits_removed']} culprits), "
+                       f"the current rule accuses {now[0]} ({now[1]} culprits)"); ok.append(False); continue
         good = rt["accused"]["recovered"] >= 0.5 and rt["accused_rank"] == 1; ok.append(good)
         out.append(f"{r['scenario']:28s} accused recovers {rt['accused']['recovered']:.2f} (removal precision {rt['removal_precision']:.2f}, "
                    f"{rt['accused']['culprits_removed']} of {r.get('n_culprits', '?')} culprits), random {min(rand):.2f}..{max(rand):.2f}, "
                    f"rank {rt['accused_rank']} of {len(rand) + 1}"
-                   + (f"; all culprits removed: {rt['culprits']['recovered']:.2f}" if "culprits" in rt else "") + ('' if good else '   <- goal not met'))
+                   + (f"; all culprits removed: {rt['culprits']['recovered']:.2f}" if "culprits" in rt else "") + ('' if good else '   <- goal not met')
+                   + (f"   [{rt['source']}]" if "source" in rt else ""))
     missing = [r["scenario"] for r in rows if r.get("kind") == "planted" and not r.get("retrain")]
     out.append(f"goal (recovers >= 0.50 and beats every random removal): met in {sum(ok)} of {len(ok)} retrained scenarios"
                + (f"; not retrained: {len(missing)} ({', '.join(missing)})" if missing else ""))
@@ -365,11 +368,14 @@ def main(argv=None):
     if a.train_only: return train_all(names, work)
     if a.offline:
         prev = sorted((p for p in Path(a.out).glob("attribution-*.json") if not p.stem.endswith("rescored")), key=lambda p: p.stat().st_mtime)
-        last = {r["scenario"]: r for f in prev for r in json.loads(f.read_text())["rows"]}     # the newest row of each scenario
+        saved = [(f, r) for f in prev for r in json.loads(f.read_text())["rows"]]
+        last = {r["scenario"]: r for f, r in saved}                                          # the newest row of each scenario
+        retrained = {r["scenario"]: dict(r["retrain"], source=f.name) for f, r in saved if r.get("retrain")}   # and its newest retraining
         rows = offline(names, work, a.retrain, last, oracle=not a.no_oracle)
         if prev:       # the last run's rows (levels, CIs, uptake, times) with their diagnosis re-scored under today's default rule
             full = [{**last[r["scenario"]], **r["variants"]["rule:default"], "variants": {**last[r["scenario"]].get("variants", {}), **r["variants"]},
-                     **({"spans": r["spans"]} if "spans" in r else {}), **({"retrain": r["retrain"]} if "retrain" in r else {})}
+                     **({"spans": r["spans"]} if "spans" in r else {}),
+                     **({"retrain": r["retrain"]} if "retrain" in r else {"retrain": retrained[r["scenario"]]} if r["scenario"] in retrained else {})}
                     for r in rows if r["scenario"] in last]
             full += [{**last[n], "verdict": last[n]["verdict"]} for n in names if n in last and n not in {r["scenario"] for r in rows}]
             print(f"== the newest row of each scenario in {', '.join(f.name for f in prev)}, diagnoses re-scored under the current default rule")
@@ -384,7 +390,7 @@ def main(argv=None):
             (Path(a.out) / stamp).write_text(json.dumps(dict(rows=full, summary=summary(full), rescored_from=[f.name for f in prev]), indent=1, default=str) + "\n")
             if a.retrain:      # a results file of its own: later runs take these rows (with their retraining) as the newest of their scenarios
                 path = Path(a.out) / f"attribution-{time.strftime('%Y%m%d-%H%M%S')}.json"
-                path.write_text(json.dumps(dict(rows=[r for r in full if "retrain" in r], scenarios=names, settings=SETTINGS, complete=True,
+                path.write_text(json.dumps(dict(rows=[r for r in full if "source" not in r.get("retrain", {"source": 0})], scenarios=names, settings=SETTINGS, complete=True,
                                                 offline_retrain=True), indent=1, default=str) + "\n")
                 print(f"results: {path}")
         for v in sorted({k for r in rows for k in r["variants"]}):

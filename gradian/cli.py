@@ -15,7 +15,7 @@ from .config import load_config, format_config_help
 
 # %% auto #0
 __all__ = ['COMMANDS', 'NONE', 'TRAIN_HELP', 'INDEX_FLAGS', 'ANALYZE_FLAGS', 'command', 'config_type', 'cmd_doctor', 'cmd_check',
-           'add_train_args', 'cmd_train', 'apply_flags', 'add_index_flags', 'cmd_index', 'cmd_show_index',
+           'add_train_args', 'read_ids', 'cmd_train', 'apply_flags', 'add_index_flags', 'cmd_index', 'cmd_show_index',
            'cmd_analyze', 'cmd_demo', 'build_parser', 'main']
 
 # %% ../nbs/18_cli.ipynb #5b6526ac
@@ -130,8 +130,22 @@ def add_train_args(p:argparse.ArgumentParser):
     a("--target-modules", metavar="A,B", help="comma-separated module names to adapt (default: training.target_modules)")
     a("--seed", type=t("seed"), help="training seed (default: training.seed)")
     a("--logging-steps", type=t("logging_steps"), metavar="N", help="steps between printed losses (default: training.logging_steps)")
+    a("--mask-ids", metavar="IDS", help="train with these examples in the batches but out of the loss: 'a,b', @ids.txt (one per line) "
+      "or @report.json (every example the report accuses), to check an accusation by retraining")
     a("--overwrite", action="store_true", help="replace an existing --out folder")
     a("--no-progress", action="store_true", help="no progress bar (the loss lines are still printed)")
+
+# %% ../nbs/18_cli.ipynb #e8b6e3da
+def read_ids(spec:str) -> list[str]:
+    "Example ids from a flag: `a,b,c`, `@ids.txt` (one per line) or `@report.json` (the examples a Gradian report accuses)."
+    if not spec.startswith("@"): return [s.strip() for s in spec.split(",") if s.strip()]
+    path = Path(spec[1:])
+    if not path.is_file(): raise GradianError(f"no id file at {path}", fix="pass @FILE naming an existing ids.txt or report.json")
+    if path.suffix != ".json": return [l.strip() for l in path.read_text().splitlines() if l.strip()]
+    try: ids = [str(e["id"]) for e in json.loads(path.read_text())["examples"] if e.get("accused")]
+    except (ValueError, KeyError, TypeError) as e: raise GradianError(f"{path} is not a Gradian report.json ({e})", fix="pass the report.json that `gradian analyze` wrote")
+    if not ids: raise GradianError(f"{path} accuses no example", fix="retrain without an accusation only where the report makes one (verdict attributed)")
+    return ids
 
 # %% ../nbs/18_cli.ipynb #8b3251df
 @command("train", TRAIN_HELP)
@@ -149,7 +163,8 @@ def cmd_train(args, cfg) -> int:
     data = cfg.data.train
     split = cfg.data.split if Path(data).is_dir() else None
     train_adapter(data, cfg.training.out, model=cfg.model.name_or_path, cfg=cfg, overwrite=getattr(args, "overwrite", False),
-                  progress=not getattr(args, "no_progress", False), log=lambda s: print(s, flush=True), split=split)
+                  progress=not getattr(args, "no_progress", False), log=lambda s: print(s, flush=True), split=split,
+                  mask_ids=read_ids(args.mask_ids) if getattr(args, "mask_ids", None) else ())
     return 0
 cmd_train.add_args = add_train_args
 

@@ -57,7 +57,7 @@ def build_manifest(backend:str, run:TrainRun, spec:TrainSpec, model_ref, base_mo
         model=_model_identity(model_ref, base_model),
         tokenizer=dict(name_or_path=getattr(tokenizer, "name_or_path", None), chat_template_sha256_16=stable_hash(tpl) if tpl else None),
         data=dict(source=None if data_source is None else str(data_source), n_examples=len(examples), n_trained=len(rows),
-                  left_out_ids=list(dropped), masked_ids=sorted(masked), examples_sha256_16=stable_hash([[e.id, e.messages] for e in examples]),
+                  left_out_ids=list(dropped), masked_ids=sorted(map(str, masked)), examples_sha256_16=stable_hash([[e.id, e.messages] for e in examples]),
                   rows_sha256_16=stable_hash([[r["input_ids"], r["labels"]] for r in rows]),
                   n_supervised_tokens=sum(sum(l != IGNORE for l in r["labels"][1:]) for r in rows)),
         training={**asdict(spec.training), "max_seq_length": spec.max_seq_length, "device": spec.device, "dtype": spec.dtype},
@@ -142,9 +142,10 @@ def _preflight(examples, tokenizer, max_seq_length:int, log) -> tuple[list, list
 # %% ../../nbs/04e_model.training.ipynb #d93b21cd
 def mask_rows(rows:list[dict], ids) -> list[dict]:
     "`rows` with the examples `ids` kept in place but given no target (labels all -100): out of the loss, not out of the batches."
-    ids = set(ids)
-    if unknown := sorted(ids - {r["id"] for r in rows}):
-        raise GradianError(f"mask_ids names {len(unknown)} example(s) that are not training rows: {', '.join(map(str, unknown[:5]))}",
+    exact, by_text = {r["id"] for r in rows}, {str(r["id"]): r["id"] for r in rows}    # "7" from a command line names id 7
+    ids = {i if i in exact else by_text.get(str(i), i) for i in ids}
+    if unknown := sorted(map(str, ids - exact)):
+        raise GradianError(f"mask_ids names {len(unknown)} example(s) that are not training rows: {', '.join(unknown[:5])}",
                            fix="pass ids of the training data (an example left out for lack of a target cannot be masked)")
     return [dict(r, labels=[IGNORE] * len(r["labels"])) if r["id"] in ids else r for r in rows]
 
@@ -185,13 +186,16 @@ def train_adapter(data, out, model="embedded", tokenizer=None, cfg=None, backend
     log(f"gradian train: backend {tc.backend}, model {model if is_ref else type(model).__name__}, {len(examples)} examples, "
         f"max_seq_length {msl}, device {device}")
     findings, rows, dropped = _preflight(examples, tokenizer, msl, log)
-    if len(mask_ids): rows = mask_rows(rows, mask_ids); log(f"masked {len(set(mask_ids))} example(s): in the batches, out of the loss")
+    masked = set()
+    if len(mask_ids):
+        kept, rows = rows, mask_rows(rows, mask_ids); masked = {a["id"] for a, b in zip(kept, rows) if a is not b}
+        log(f"masked {len(masked)} example(s): in the batches, out of the loss")
     with tempfile.TemporaryDirectory(prefix="gradian-train-") as work:
         spec = TrainSpec(tc, msl, Path(work), device, dtype, list(callbacks), progress, log)
         run = be.train(model, tokenizer, rows, spec)
     base = run.model.get_base_model() if hasattr(run.model, "get_base_model") else run.model
     manifest = build_manifest(tc.backend, run, spec, model if is_ref else None, base, tokenizer, examples, rows, dropped, findings,
-                              data_source=str(data) if isinstance(data, (str, Path)) else type(data).__name__, masked=set(mask_ids))
+                              data_source=str(data) if isinstance(data, (str, Path)) else type(data).__name__, masked=masked)
     save_adapter(run.model, out, manifest, overwrite=overwrite)
     res = TrainResult(out, json.loads((out/TRAIN_MANIFEST).read_text()), findings, run.model)
     log(f"adapter written to {out} ({run.global_step} steps, loss {res.losses[0]:.4f} -> {res.losses[-1]:.4f})" if res.losses else f"adapter written to {out}")
