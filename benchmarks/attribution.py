@@ -390,7 +390,7 @@ def main(argv=None):
             (Path(a.out) / stamp).write_text(json.dumps(dict(rows=full, summary=summary(full), rescored_from=[f.name for f in prev]), indent=1, default=str) + "\n")
             if a.retrain:      # a results file of its own: later runs take these rows (with their retraining) as the newest of their scenarios
                 path = Path(a.out) / f"attribution-{time.strftime('%Y%m%d-%H%M%S')}.json"
-                path.write_text(json.dumps(dict(rows=[r for r in full if "source" not in r.get("retrain", {"source": 0})], scenarios=names, settings=SETTINGS, complete=True,
+                path.write_text(json.dumps(dict(rows=[r for r in full if "retrain" in r and "source" not in r["retrain"]], scenarios=names, settings=SETTINGS, complete=True,
                                                 offline_retrain=True), indent=1, default=str) + "\n")
                 print(f"results: {path}")
         for v in sorted({k for r in rows for k in r["variants"]}):
