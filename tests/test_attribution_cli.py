@@ -21,3 +21,18 @@ def test_train_only_trains_each_adapter_once_and_diagnoses_nothing(tmp_path, mon
     assert calls == names and all((tmp_path / n / "data").is_dir() and (tmp_path / n / "adapter" / "bench_stamp").is_file() for n in names)
     bench.main(args)                                                                  # a second sitting: nothing left to train
     assert calls == names and capsys.readouterr().out.count("finished adapter reused") == 2
+
+
+def test_retrain_table_calls_a_retraining_of_another_accused_set_stale():
+    "A saved retraining counts only where it removed as many rows, and as many culprits, as today's accused set holds."
+    spec = importlib.util.spec_from_file_location("attribution_bench_rt", ROOT / "benchmarks" / "attribution.py")
+    bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench)
+    rand = {f"random{j}": dict(recovered=0.1 * j) for j in range(5)}
+    rt = dict(accused=dict(recovered=0.8, culprits_removed=9), removal_precision=0.9, accused_rank=1, source="old.json", **rand)
+    row = dict(scenario="s", kind="planted", n_culprits=10, retrain=rt)
+    same = bench.retrain_table([dict(row, n_accused=10, accused_precision=0.9)])
+    assert "accused recovers 0.80" in same and "[old.json]" in same and "met in 1 of 1" in same, same
+    other = bench.retrain_table([dict(row, n_accused=10, accused_precision=1.0)])     # same size, one culprit more today
+    assert "stale: retrained without 10 rows (9 culprits), the current rule accuses 10 (10 culprits)" in other and "met in 0 of 1" in other, other
+    weak = bench.retrain_table([dict(row, n_accused=10, accused_precision=0.9, retrain=dict(rt, accused_rank=2))])
+    assert "goal not met" in weak and "met in 0 of 1" in weak, weak
