@@ -26,8 +26,8 @@ from .suite import RAISE, SuiteParams, Verdict, device_name, retrain_without, ro
 
 # %% auto #0
 __all__ = ['DAMPING_SWEEP', 'PROJECTION_SWEEP', 'query_loss', 'cluster_effects', 'spearman_ci', 'random_baseline', 'full_retrain',
-           'engine_scores', 'leave_cluster_out', 'random_subsets', 'subset_effects', 'random_band', 'datamodel_score',
-           'index_bytes', 'projection_sweep', 'verdict_e', 'experiment_e']
+           'path_points', 'engine_scores', 'predictions', 'leave_cluster_out', 'random_subsets', 'subset_effects',
+           'random_band', 'datamodel_score', 'index_bytes', 'projection_sweep', 'verdict_e', 'experiment_e']
 
 # %% ../nbs/22a_fidelity.ipynb #cf92ac6f
 def query_loss(model, tokenizer, query, batch_size:int=8) -> float:
@@ -75,47 +75,71 @@ def full_retrain(p:SuiteParams, train, out, model:str) -> tuple[Path, int]:
     a = retrain_without(p, train, [], Path(out)/"full", model)                    # reused when already there (retrain_without checks)
     return a, json.loads((a/"train_manifest.json").read_text())["result"]["global_step"]
 
-def engine_scores(name:str, model, tokenizer, examples, index, query, batch_size:int=8, **settings) -> tuple:
-    "(engine, each example's unnormalised score averaged over the query rows) on the diagnosis's own index and query."
-    eng = Engine.from_config(EngineConfig(name=name, normalize="none", **settings)).bind(model, tokenizer, examples, batch_size=batch_size)
-    return eng, score_index(index, query, eng).scores.mean(1)
+def path_points(model, tokenizer, index, query, batch_size:int=8) -> list[tuple]:
+    """[(index, query)] at each point of the fine-tune's path a diagnosis scored: its own index and query, then every `scale-*`
+    index `analyze` built beside it (`index.path_scale`) with a query of the same pairs taken at that point."""
+    from gradian.index import GradientIndex
+    from gradian.query.signals import build_query
+    pts = [(index, query)]
+    for mf in sorted(Path(index.path).glob("scale-*/manifest.json")):
+        i2 = GradientIndex(mf.parent)
+        pts.append((i2, build_query(model, tokenizer, [], i2, per_item=True, pairs=list(query.pairs), batch_size=batch_size, max_seq_length=None)))
+    return pts
+
+def engine_scores(name:str, model, tokenizer, examples, points:Sequence, batch_size:int=8, **settings) -> tuple:
+    """(engine, each example's score averaged over the query rows and over the `points` [(index, query)]). `settings` are
+    `EngineConfig` fields; `normalize` is "none" (scores in loss units) unless given."""
+    per_point = []
+    for index, query in points:
+        eng = Engine.from_config(EngineConfig(name=name, **{"normalize": "none", **settings})).bind(model, tokenizer, examples, batch_size=batch_size)
+        per_point.append(score_index(index, query, eng).scores.mean(1))
+    return eng, np.mean(per_point, axis=0)
 
 # %% ../nbs/22a_fidelity.ipynb #8b6c441f
 DAMPING_SWEEP = (0.001, 0.01, 0.1, 1.0)
 
-def leave_cluster_out(p:SuiteParams, train, index, query, model:str, adapter, out, planted:Sequence[str]=(), lambda_scales:Sequence[float]=DAMPING_SWEEP, log=None) -> dict:
+def predictions(p:SuiteParams, model, tokenizer, examples, points:Sequence, normalize:str, group, lambda_scales:Sequence[float]=()) -> tuple[dict, dict, dict]:
+    """Each engine's per-group prediction (`group`: per-example scores -> per-group sums over n) two ways: as the diagnosis scores
+    (`normalize`, every point of the path in `points`) and raw (no normalisation, the tuned model's point only: the textbook
+    first-order estimate). Engines with a damping are also scored as diagnosed at each of `lambda_scales`. -> (analyzed, raw, damping)"""
+    analyzed, raw, sweep, lam0 = {}, {}, {}, EngineConfig().lambda_scale
+    for e in p.engine_names:
+        eng, s = engine_scores(e, model, tokenizer, examples, points, p.grad_batch_size, normalize=normalize)
+        analyzed[e], raw[e] = group(s), group(engine_scores(e, model, tokenizer, examples, points[:1], p.grad_batch_size)[1])
+        if hasattr(eng, "lambda_scale"):
+            sweep[e] = {lam: analyzed[e] if lam == lam0 else group(engine_scores(e, model, tokenizer, examples, points, p.grad_batch_size, normalize=normalize, lambda_scale=lam)[1])
+                        for lam in lambda_scales}
+    return analyzed, raw, sweep
+
+def leave_cluster_out(p:SuiteParams, train, points:Sequence, model:str, adapter, out, planted:Sequence[str]=(), normalize:str="l2",
+                      lambda_scales:Sequence[float]=DAMPING_SWEEP, log=None) -> dict:
     """Cluster the training set (`p.n_clusters`), retrain once without each cluster and once on everything, and compare each engine's
-    predicted query-loss change with the measured one. `index` and `query` are the diagnosis's, built on the fine-tune `adapter`;
-    the engines score with that model, the measured changes are against the full retraining (`full_retrain_drift` says how far apart the two are).
-    Every removal trains as many optimizer steps as the full run: with a fixed epoch count a smaller set would also mean a shorter fine-tune,
-    and the measured change would mostly be that. `p.removal` says how a cluster is left out: masked (default: the full run's batches, the
-    cluster with no loss) or dropped (the batches reshuffle).
-    Engines with a damping (`lambda_scale`) are also scored at each of `lambda_scales`: the damping sweep costs scoring, not training."""
+    predicted query-loss change with the measured one. `points` are the diagnosis's [(index, query)] (`path_points`), the first
+    built on the fine-tune `adapter`; the engines score with that model, the measured changes are against the full retraining
+    (`full_retrain_drift` says how far apart the two are). Every removal trains as many optimizer steps as the full run, and
+    `p.removal` says how a cluster is left out: masked (default: the full run's batches, the cluster with no loss) or dropped.
+    `engines` holds the predictions as the diagnosis makes them, `engines_raw` the textbook ones (see `predictions`)."""
     log, out, t0 = log or (lambda s: None), Path(out), time.perf_counter()
-    examples = load_train(train); by_id = {e.id: e for e in examples}
+    (index, query), examples = points[0], load_train(train); by_id = {e.id: e for e in examples}
     cl = cluster_examples([by_id[i] for i in index.ids], n_clusters=p.n_clusters, seed=p.seed)
     labels, k, ids = cl.labels, cl.k, np.array(index.ids)
     m, tok = load_model(model, adapter)                                                # the fine-tune the index and query were built on
     full, steps = full_retrain(p, train, out, model)                                   # the 11th run; every removal trains as many steps
-    mf, _ = load_model(model, full)
-    L0 = query_loss(mf, tok, query, p.grad_batch_size); drift = L0 - query_loss(m, tok, query, p.grad_batch_size)
-    pred, sweep = {}, {}
-    def predict(e, **kw):                                                              # on the diagnosis's own index and query
-        eng, s = engine_scores(e, m, tok, examples, index, query, p.grad_batch_size, **kw)
-        return eng, cluster_effects(s, labels, k)
-    for e in p.engine_names:
-        eng, pred[e] = predict(e)
-        if hasattr(eng, "lambda_scale"): sweep[e] = {lam: predict(e, lambda_scale=lam)[1] for lam in lambda_scales}
+    L0 = query_loss(load_model(model, full)[0], tok, query, p.grad_batch_size); drift = L0 - query_loss(m, tok, query, p.grad_batch_size)
+    pred, raw, sweep = predictions(p, m, tok, examples, points, normalize, lambda s: cluster_effects(s, labels, k), lambda_scales)
     true = np.zeros(k)
     for c in range(k):
         log(f"[fidelity] retraining without cluster {c + 1} of {k} ({int((labels == c).sum())} examples)")
         mc, _ = load_model(model, retrain_without(p, train, ids[labels == c].tolist(), out/f"without-{c}", model, p.removal, max_steps=steps))
         true[c] = query_loss(mc, tok, query, p.grad_batch_size) - L0
     rows = [dict(cluster=c, size=int((labels == c).sum()), planted=len(set(ids[labels == c]) & set(planted)), measured=true[c],
-                 **{f"predicted_{e}": pred[e][c] for e in pred}) for c in range(k)]
-    return dict(rows=rows, engines={e: spearman_ci(pred[e], true, seed=p.seed) for e in pred}, random=random_baseline(labels, k, true, seed=p.seed),
+                 **{f"predicted_{e}": pred[e][c] for e in pred}, **{f"raw_{e}": raw[e][c] for e in raw}) for c in range(k)]
+    ci = lambda by: {e: spearman_ci(v, true, seed=p.seed) for e, v in by.items()}
+    return dict(rows=rows, engines=ci(pred), engines_raw=ci(raw), random=random_baseline(labels, k, true, seed=p.seed),
                 damping={e: {str(lam): spearman_ci(v, true, seed=p.seed) for lam, v in by.items()} for e, by in sweep.items()},
-                query_loss_full=L0, full_retrain_drift=drift, clustering=cl.method, removal=p.removal, n_trainings=k + 1, steps_per_training=steps, wall_s=round(time.perf_counter() - t0, 1))
+                prediction=dict(normalize=normalize, points=[float(i.manifest.get("settings", {}).get("index", {}).get("adapter_scale", 1.0)) for i, _ in points]),
+                query_loss_full=L0, full_retrain_drift=drift, clustering=cl.method, removal=p.removal, n_trainings=k + 1, steps_per_training=steps,
+                wall_s=round(time.perf_counter() - t0, 1))
 
 # %% ../nbs/22a_fidelity.ipynb #797db767
 def random_subsets(n:int, m:int, fraction:float=0.5, seed:int=0) -> np.ndarray:
@@ -139,24 +163,25 @@ def random_band(predict, n:int, true, n_draws:int=1000, seed:int=0) -> dict:
     return dict(spearman=float(med), lo=float(lo), hi=float(hi), n_draws=n_draws)
 
 # %% ../nbs/22a_fidelity.ipynb #2c5b50ef
-def datamodel_score(p:SuiteParams, train, index, query, model:str, adapter, out, n_subsets:int=20, fraction:float=0.5, log=None) -> dict:
+def datamodel_score(p:SuiteParams, train, points:Sequence, model:str, adapter, out, n_subsets:int=20, fraction:float=0.5, normalize:str="l2", log=None) -> dict:
     """LDS: retrain on `n_subsets` seeded random subsets holding `fraction` of the rows (each for the full run's optimizer steps) and
-    rank-correlate each engine's predicted query-loss change with the measured one, beside the band of random scores."""
+    rank-correlate each engine's predicted query-loss change (as diagnosed, and raw: `predictions`) with the measured one, beside the band of random scores."""
     log, out, t0 = log or (lambda s: None), Path(out), time.perf_counter()
-    examples, ids = load_train(train), np.array(index.ids)
+    (index, query), examples = points[0], load_train(train); ids = np.array(index.ids)
     keep = random_subsets(len(ids), n_subsets, fraction, seed=p.seed)
     m, tok = load_model(model, adapter)
     full, steps = full_retrain(p, train, out, model)
     L0 = query_loss(load_model(model, full)[0], tok, query, p.grad_batch_size)
-    pred = {e: subset_effects(engine_scores(e, m, tok, examples, index, query, p.grad_batch_size)[1], keep) for e in p.engine_names}
+    pred, raw, _ = predictions(p, m, tok, examples, points, normalize, lambda s: subset_effects(s, keep))
     true = np.zeros(n_subsets)
     for j in range(n_subsets):
         log(f"[fidelity] LDS: training on random subset {j + 1} of {n_subsets}")
         mj, _ = load_model(model, retrain_without(p, train, ids[~keep[j]].tolist(), out/f"subset-{j}", model, p.removal, max_steps=steps))
         true[j] = query_loss(mj, tok, query, p.grad_batch_size) - L0
-    return dict(engines={e: spearman_ci(v, true, seed=p.seed) for e, v in pred.items()}, random=random_band(lambda s: subset_effects(s, keep), len(ids), true, seed=p.seed),
-                measured=true.tolist(), predicted={e: v.tolist() for e, v in pred.items()}, n_subsets=n_subsets, fraction=fraction, removal=p.removal,
-                steps_per_training=steps, wall_s=round(time.perf_counter() - t0, 1))
+    ci = lambda by: {e: spearman_ci(v, true, seed=p.seed) for e, v in by.items()}
+    return dict(engines=ci(pred), engines_raw=ci(raw), random=random_band(lambda s: subset_effects(s, keep), len(ids), true, seed=p.seed),
+                measured=true.tolist(), predicted={e: v.tolist() for e, v in pred.items()}, predicted_raw={e: v.tolist() for e, v in raw.items()},
+                n_subsets=n_subsets, fraction=fraction, removal=p.removal, steps_per_training=steps, wall_s=round(time.perf_counter() - t0, 1))
 
 # %% ../nbs/22a_fidelity.ipynb #a349768c
 PROJECTION_SWEEP = (256, 512, 1024, 2048, 8192)
@@ -206,8 +231,10 @@ def experiment_e(p:SuiteParams, out) -> Verdict:
     t0, out = time.perf_counter(), Path(out)
     sc, tr, ev, model, a = round_one(p, out, "E-fidelity")
     n = dict(analysis_verdict=a.verdict, n_train=len(sc.train))
-    if a.attribution is not None:
-        n.update(leave_cluster_out(p, tr, a.attribution.index, a.attribution.query, model, out/"round1"/"adapter", out/"lco", planted=sc.culprits))
-        if p.lds_subsets: n["lds"] = datamodel_score(p, tr, a.attribution.index, a.attribution.query, model, out/"round1"/"adapter", out/"lco", n_subsets=p.lds_subsets)
+    if (att := a.attribution) is not None:
+        m, tok = load_model(model, out/"round1"/"adapter")
+        pts, norm = path_points(m, tok, att.index, att.query, p.grad_batch_size), getattr(att.engine, "normalize", "l2")
+        n.update(leave_cluster_out(p, tr, pts, model, out/"round1"/"adapter", out/"lco", planted=sc.culprits, normalize=norm))
+        if p.lds_subsets: n["lds"] = datamodel_score(p, tr, pts, model, out/"round1"/"adapter", out/"lco", n_subsets=p.lds_subsets, normalize=norm)
     v, trig, adv = verdict_e(n.get("engines", {}), n.get("random", {}))
     return Verdict("E", v, trig, adv, n, asdict(p), round(time.perf_counter() - t0, 1), device_name(), str(out/"round1"/"report"))

@@ -7,7 +7,7 @@ import pytest
 
 from gradian.core import GradianError
 from gradian.data import load_eval, load_train
-from gradian.fidelity import datamodel_score, leave_cluster_out, query_loss
+from gradian.fidelity import datamodel_score, engine_scores, leave_cluster_out, path_points, query_loss
 from gradian.index import build_index
 from gradian.model.core import load_model
 from gradian.query.signals import build_query
@@ -29,7 +29,15 @@ def test_leave_cluster_out_on_the_tiny_model(tmp_path):
     m, tok = load_model(ref, adapter)
     idx = build_index(m, tok, load_train(tr), tmp_path / "index", projection_dim=None)
     q = build_query(m, tok, [i for i in load_eval(ev) if i.capability == sc.capability], idx, signal="classic", per_item=True)
-    r = leave_cluster_out(p, tr, idx, q, ref, adapter, tmp_path / "lco", planted=sc.culprits, lambda_scales=(0.01, 1.0))
+    pts = path_points(m, tok, idx, q)
+    assert len(pts) == 1                                    # no path index beside it: the tuned point only
+    r = leave_cluster_out(p, tr, pts, ref, adapter, tmp_path / "lco", planted=sc.culprits, normalize="none", lambda_scales=(0.01, 1.0))
+    assert r["prediction"] == dict(normalize="none", points=[1.0])
+    for e in ("datainf", "graddot"):                        # one point, no normalisation: the diagnosed form is the raw one
+        assert [row[f"predicted_{e}"] for row in r["rows"]] == [row[f"raw_{e}"] for row in r["rows"]] and r["engines"][e] == r["engines_raw"][e]
+    s1 = engine_scores("datainf", m, tok, load_train(tr), pts, normalize="l2")[1]
+    assert np.allclose(engine_scores("datainf", m, tok, load_train(tr), pts * 2, normalize="l2")[1], s1)   # a point twice: the same mean
+    assert not np.allclose(engine_scores("datainf", m, tok, load_train(tr), pts)[1], s1)                   # normalize reaches the engine
     assert [row["cluster"] for row in r["rows"]] == [0, 1, 2] and sum(row["size"] for row in r["rows"]) == idx.n
     assert abs(r["full_retrain_drift"]) < 1e-6 and abs(r["query_loss_full"] - query_loss(m, tok, q)) < 1e-6   # the full retraining is the fine-tune
     assert all(np.isfinite(row["measured"]) and row["measured"] != 0 for row in r["rows"])
@@ -41,8 +49,8 @@ def test_leave_cluster_out_on_the_tiny_model(tmp_path):
     for c, row in enumerate(r["rows"]):                    # masked: every retraining keeps all rows in the full run's order, the cluster without loss
         data = json.loads((tmp_path / "lco" / f"without-{c}" / "adapter" / "train_manifest.json").read_text())["data"]
         assert data["n_trained"] == idx.n and len(data["masked_ids"]) == row["size"]
-    lds = datamodel_score(p, tr, idx, q, ref, adapter, tmp_path / "lco", n_subsets=3)       # reuses the full run above
-    assert set(lds["engines"]) == {"datainf", "graddot"} and len(lds["measured"]) == 3 and all(np.isfinite(lds["measured"]))
+    lds = datamodel_score(p, tr, pts, ref, adapter, tmp_path / "lco", n_subsets=3)       # reuses the full run above
+    assert set(lds["engines"]) == {"datainf", "graddot"} == set(lds["engines_raw"]) and len(lds["measured"]) == 3 and all(np.isfinite(lds["measured"]))
     assert lds["random"]["lo"] < 0 < lds["random"]["hi"]
 
 
