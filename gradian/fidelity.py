@@ -137,7 +137,7 @@ def leave_cluster_out(p:SuiteParams, train, points:Sequence, model:str, adapter,
     ci = lambda by: {e: spearman_ci(v, true, seed=p.seed) for e, v in by.items()}
     return dict(rows=rows, engines=ci(pred), engines_raw=ci(raw), random=random_baseline(labels, k, true, seed=p.seed),
                 damping={e: {str(lam): spearman_ci(v, true, seed=p.seed) for lam, v in by.items()} for e, by in sweep.items()},
-                prediction=dict(normalize=normalize, points=[float(i.manifest.get("settings", {}).get("index", {}).get("adapter_scale", 1.0)) for i, _ in points]),
+                prediction=dict(normalize=normalize, points=[i.adapter_scale for i, _ in points]),
                 query_loss_full=L0, full_retrain_drift=drift, clustering=cl.method, removal=p.removal, n_trainings=k + 1, steps_per_training=steps,
                 wall_s=round(time.perf_counter() - t0, 1))
 

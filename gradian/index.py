@@ -699,6 +699,12 @@ def check_query_manifest(index:GradientIndex, qman:dict):
     require_same(index.manifest, qman, QUERY_FIELDS, what="index", other="query",
                  fix=f"build the query from the model, adapter and tokenizer of {index.path}, with its module filter and projection")
 
+# %% ../nbs/08_index.ipynb #df3b3ed1
+@patch(as_prop=True)
+def adapter_scale(self:GradientIndex) -> float:
+    "The point of the adapter's update the gradients were taken at (1.0: the finished fine-tune, also for indexes older than the setting)."
+    return float(self.manifest.get("settings", {}).get("index", {}).get("adapter_scale", 1.0))
+
 # %% ../nbs/08_index.ipynb #fa4fdc15
 def make_capture(index:GradientIndex, model, tokenizer=None) -> GradientCapture:
     "A `GradientCapture` on `model` with the index's blocks, projectors and adapter scale (refused when the model is not the index's)."
@@ -711,7 +717,7 @@ def make_capture(index:GradientIndex, model, tokenizer=None) -> GradientCapture:
     blocks = lora_blocks(model, m["module_filter"])
     p = m["projection"]
     projs = block_projectors(blocks, p["dim"], p["seed"], p["kind"] or "sjlt")
-    cap = GradientCapture(model, projectors=projs, blocks=blocks, adapter_scale=m.get("settings", {}).get("index", {}).get("adapter_scale", 1.0))
+    cap = GradientCapture(model, projectors=projs, blocks=blocks, adapter_scale=index.adapter_scale)
     if _capture_layout(cap) != m["blocks"]:
         raise GradianError(f"the model's LoRA blocks do not match the layout stored in {index.path}", fix="use the same adapter and module filter")
     return cap
