@@ -91,7 +91,7 @@ def test_report_schema_provenance_and_timings(capital):
     assert all(sum(sp["rank"] == 1 for sp in s["spans"]) == 1 and np.isfinite(s["separation"]) for s in rep["spans"])
     assert "## Inside long examples: span drill-down" in md and "| score (sum) |" in md
     # each is drilled at the point of the fine-tune where its harm showed, and names the sentence that states the planted wrong
-    # capital (with the finished adapter alone, that sentence scored as the most helpful span: nbs/15b_attribution.ipynb)
+    # capital (with the finished adapter alone, that sentence scored as the most helpful span: nbs/27_attribution.ipynb)
     wrong = {w for k, v, w in FAMILIES["capital"]["planted"]}
     assert all(s["culprit"] and any(w in s["culprit"] for w in wrong) for s in rep["spans"]), [(s["culprit"], s["note"]) for s in rep["spans"]]
     assert sum(rep["provenance"]["timings"].values()) < 15 * 60

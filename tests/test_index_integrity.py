@@ -265,7 +265,7 @@ def _has_verify_flag() -> bool:
 
 def test_show_index_verify_hashes_the_shards(good, tmp_path, capsys):
     from gradian.cli import main
-    if not _has_verify_flag(): pytest.skip("`gradian show-index --verify` is not wired in nbs/18_cli.ipynb yet (it is to call gradian.index.verify_index)")
+    if not _has_verify_flag(): pytest.skip("`gradian show-index --verify` is not wired in nbs/35_cli.ipynb yet (it is to call gradian.index.verify_index)")
     assert main(["show-index", str(good), "--verify"]) == 0 and "(verified)" in capsys.readouterr().out
     d = tmp_path / "index"; shutil.copytree(good, d); _flip(_g(d, 3), 400)
     assert main(["show-index", str(d)]) == 0                        # a flipped bit passes every cheap check ...

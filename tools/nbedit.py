@@ -2,7 +2,7 @@
 """Authoring helper: edit cells of an existing notebook in place, keeping every other cell (ids, outputs) as it is.
 
     from nbedit import Nb
-    nb = Nb("nbs/05_grads.loss.ipynb")
+    nb = Nb("nbs/13_grads.loss.ipynb")
     nb.replace("def per_example_ce", new_source)          # the one cell whose source contains the text
     nb.insert_after("def span_ce", [("code", src), ("markdown", md)])
     nb.save()                                             # then run it: tools/nbrun.py, or pytest tests/test_notebooks.py

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Execute notebooks in place (outputs are the documentation), then nbdev-clean and nbdev-export.
 
-    python tools/nbrun.py [--skip-slow] nbs/05_grads.loss.ipynb [more.ipynb ...]
+    python tools/nbrun.py [--skip-slow] nbs/13_grads.loss.ipynb [more.ipynb ...]
 
 `--skip-slow` leaves `#| slow` cells unexecuted with the outputs they already have: use it only
 when the change cannot alter what those cells print (their recorded outputs stay the documentation)."""
