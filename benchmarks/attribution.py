@@ -367,10 +367,14 @@ def main(argv=None):
     work = Path(a.work); work.mkdir(parents=True, exist_ok=True)
     if a.train_only: return train_all(names, work)
     if a.offline:
-        prev = sorted((p for p in Path(a.out).glob("attribution-*.json") if not p.stem.endswith("rescored")), key=lambda p: p.stat().st_mtime)
+        # results in the order their names' stamps give (a fresh clone's file times say nothing); benchmarks/results keeps
+        # only the latest run, so the newest re-scored table is read too, for the retrainings of earlier runs
+        prev = sorted(p for p in Path(a.out).glob("attribution-*.json") if not p.stem.endswith("rescored"))
+        rescored = sorted(Path(a.out).glob("attribution-*-rescored.json"))[-1:]
         saved = [(f, r) for f in prev for r in json.loads(f.read_text())["rows"]]
         last = {r["scenario"]: r for f, r in saved}                                          # the newest row of each scenario
-        retrained = {r["scenario"]: dict(r["retrain"], source=f.name) for f, r in saved if r.get("retrain")}   # and its newest retraining
+        retrained = {r["scenario"]: dict(r["retrain"], source=r["retrain"].get("source", f.name))
+                     for f, r in [(f, r) for f in rescored for r in json.loads(f.read_text())["rows"]] + saved if r.get("retrain")}
         rows = offline(names, work, a.retrain, last, oracle=not a.no_oracle)
         if prev:       # the last run's rows (levels, CIs, uptake, times) with their diagnosis re-scored under today's default rule
             full = [{**last[r["scenario"]], **r["variants"]["rule:default"], "variants": {**last[r["scenario"]].get("variants", {}), **r["variants"]},
