@@ -14,7 +14,8 @@ Rules (kept simple so anyone can recount them by hand):
   exported cell calls a `fastcore.test` function (`test_eq`, `test_fail`, `test_close`, ...) or `assert`s;
   the stricter column *named* also requires that cell (or a demo cell in the same window) to mention
   the definition's name;
-- *prose words per exported line*: words of all markdown cells / lines of all exported cells."""
+- *prose words per exported line*: words of all markdown cells / lines of all exported cells;
+- *long*: the share of the notebook's non-blank source lines (every cell, code and markdown) over 120 characters."""
 import ast, json, re, statistics, sys
 from pathlib import Path
 
@@ -57,10 +58,13 @@ def notebook_stats(path) -> dict:
             defs += 1; tested += has_test
             named += has_test and (re.search(rf"\b{re.escape(name)}\b", text) is not None or name.startswith("_"))
     words = sum(len(_src(c).split()) for c in cells if c["cell_type"] == "markdown")
+    src_lines = [l for c in cells for l in _src(c).splitlines() if l.strip()]
+    long = sum(len(l) > 120 for l in src_lines)
     return dict(notebook=Path(path).name, exported_cells=len(exp), median_lines=statistics.median(lines) if lines else 0,
                 max_lines=max(lines, default=0), definitions=defs, defs_per_cell=defs / len(exp) if exp else 0,
                 tested_share=tested / defs if defs else 1.0, named_share=named / defs if defs else 1.0,
-                prose_words=words, exported_lines=sum(lines), words_per_line=words / sum(lines) if sum(lines) else 0, _lines=lines)
+                prose_words=words, exported_lines=sum(lines), words_per_line=words / sum(lines) if sum(lines) else 0,
+                long_share=long / len(src_lines) if src_lines else 0.0, _lines=lines, _long=(long, len(src_lines)))
 
 def total(rows) -> dict:
     lines = [l for r in rows for l in r["_lines"]]
@@ -70,17 +74,18 @@ def total(rows) -> dict:
                 tested_share=sum(r["tested_share"] * r["definitions"] for r in rows) / defs if defs else 1.0,
                 named_share=sum(r["named_share"] * r["definitions"] for r in rows) / defs if defs else 1.0,
                 prose_words=sum(r["prose_words"] for r in rows), exported_lines=len(lines) and sum(lines),
-                words_per_line=sum(r["prose_words"] for r in rows) / sum(lines) if lines else 0)
+                words_per_line=sum(r["prose_words"] for r in rows) / sum(lines) if lines else 0,
+                long_share=sum(r["_long"][0] for r in rows) / max(1, sum(r["_long"][1] for r in rows)))
 
 def module_notebooks() -> list[Path]:
     return sorted(p for p in (ROOT/"nbs").glob("*.ipynb") if not p.name.startswith("_") and p.name != "index.ipynb")
 
 def format_table(rows) -> str:
-    head = f"{'notebook':<34}{'cells':>6}{'median':>7}{'max':>5}{'defs':>6}{'def/cell':>9}{'tested':>8}{'named':>7}{'words/line':>11}"
+    head = f"{'notebook':<34}{'cells':>6}{'median':>7}{'max':>5}{'defs':>6}{'def/cell':>9}{'tested':>8}{'named':>7}{'words/line':>11}{'long':>6}"
     out = [head, "-" * len(head)]
     for r in rows:
         out.append(f"{r['notebook']:<34}{r['exported_cells']:>6}{r['median_lines']:>7g}{r['max_lines']:>5}{r['definitions']:>6}"
-                   f"{r['defs_per_cell']:>9.2f}{r['tested_share']:>8.0%}{r['named_share']:>7.0%}{r['words_per_line']:>11.2f}")
+                   f"{r['defs_per_cell']:>9.2f}{r['tested_share']:>8.0%}{r['named_share']:>7.0%}{r['words_per_line']:>11.2f}{r['long_share']:>6.1%}")
     return "\n".join(out)
 
 if __name__ == "__main__":
