@@ -27,12 +27,11 @@ from gradian.attribution import blame, teaches_columns, teaches_wrong_answer
 from gradian.cluster import blamed_cluster
 from gradian.config import EngineConfig, load_config
 from gradian.core import stable_hash
-from gradian.demo import DEMO_TRAINING
 from gradian.engines import Engine
 from gradian.evaluation import uptake
 from gradian.query.scorer import InfluenceScores, score_index
-from gradian.scenarios import BANK, CONTROLS, SCENARIOS, build_scenario, truth_metrics
-from gradian.suite import long_ranks
+from gradian.scenarios import BANK, CONTROLS, DEMO_TRAINING, SCENARIOS, build_scenario, truth_metrics
+from gradian.experiments import long_ranks
 
 QUICK = ["currency-sentence", "author-sentence-reverse", "continent-word", "control-clean-currency"]
 GOALS = dict(precision_at_k=(0.85, 0.6), accused_precision=(0.9, 0.75), accused_recall=(0.7, None), auc_culprit_vs_decoy=(0.9, None))

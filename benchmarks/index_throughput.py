@@ -5,7 +5,7 @@
 
 Three ways through the same examples, cut into the same batches (length-sorted, left-padded):
 
-- index:  gradian.index.build_index: forward + backward + per-example gradients of every LoRA
+- index:  gradian.index.build.build_index: forward + backward + per-example gradients of every LoRA
           block + projection + writing shards (the capture-and-write phase is timed; fingerprints
           and tokenization are reported apart as setup);
 - plain:  a plain LoRA forward+backward (weights' .grad, summed over the batch) with the same
@@ -29,7 +29,6 @@ autograd gradient projected with the same map, at grad batch sizes 1, 8 and 32."
 import argparse, copy, json, statistics, subprocess, sys, tempfile, threading, time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -70,11 +69,11 @@ def load(model_name, seed=0, device="cpu"):
 
 def worker(mode, model_name, n, batch, k, device="cpu"):
     import numpy as np, torch
-    sys.path.insert(0, str(HERE))
-    from _scenario import chat_examples
+    from gradian.scenarios import chat_examples
     from gradian.data import tokenize_examples
     from gradian.grads.capture import iter_batches, supervised_losses
-    from gradian.index import auto_shard_size, build_index
+    from gradian.index.build import build_index
+    from gradian.index.store import auto_shard_size
     from gradian.model.core import lora_blocks
     from gradian.projection import block_projectors
     model, tok = load(model_name, device=device)
@@ -132,11 +131,10 @@ def worker(mode, model_name, n, batch, k, device="cpu"):
 def accuracy(model_name, k, sizes=(1, 8, 32), n=32):
     "Max relative L2 error of stored rows vs the projected single-example autograd gradient, per grad batch size."
     import numpy as np, torch
-    sys.path.insert(0, str(HERE))
-    from _scenario import chat_examples
+    from gradian.scenarios import chat_examples
     from gradian.data import tokenize_examples
     from gradian.testing import reference_per_example_grads
-    from gradian.index import build_index
+    from gradian.index.build import build_index
     from gradian.model.core import lora_blocks
     from gradian.projection import block_projectors
     model, tok = load(model_name)

@@ -14,16 +14,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _scenario import chat_examples, eval_items          # noqa: E402
-
 from gradian.engines import QueryVectors, make_engine
 from gradian.grads.capture import GradientCapture, iter_batches
 from gradian.data import tokenize_examples, Example
-from gradian.index import build_index
+from gradian.index.build import build_index
 from gradian.model.core import attach_lora, load_model
 from gradian.projection import block_projectors
 from gradian.query.scorer import rank_correlation
+from gradian.scenarios import chat_examples, fact_triples
 
 
 def main(argv=None):
@@ -35,7 +33,7 @@ def main(argv=None):
     torch.set_num_threads(max(1, torch.get_num_threads()))
     base, tok = load_model("embedded")
     model = attach_lora(copy.deepcopy(base), r=8, alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], seed=a.seed).eval()
-    train, items = chat_examples(a.n, seed=a.seed), eval_items(a.queries, seed=a.seed + 1)
+    train, items = chat_examples(a.n, seed=a.seed), fact_triples(a.queries)
     cap = GradientCapture(model)
 
     def grads(examples):

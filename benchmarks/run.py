@@ -56,7 +56,7 @@ def _timed(f) -> float:
 def worker_score(store: str, engine: str, queries: int, reps: int):
     import torch
     from gradian.engines import QueryVectors, make_engine
-    from gradian.index import GradientIndex
+    from gradian.index.store import GradientIndex
     idx = GradientIndex(store)
     Q = QueryVectors(torch.randn(queries, idx.dim, generator=torch.Generator().manual_seed(1)))
     before = _status("VmRSS")
@@ -83,7 +83,7 @@ def worker_score(store: str, engine: str, queries: int, reps: int):
 def worker_gpu_score(gb: float, queries: str, reps: int, dev: str = "cuda"):
     "Scoring a store held in GPU memory, for Q in `queries`, against a torch sum over the same buffer and the nominal HBM bandwidth."
     import torch
-    from gradian.engines import chunk_dots
+    from gradian.index.stream import chunk_dots
     D = 2048
     n = int(gb * 1e9) // (D * 2)
     G = torch.empty(n, D, dtype=torch.bfloat16, device=dev).normal_()
@@ -150,7 +150,7 @@ def _stores(a) -> dict:
 
 def _huge_share(index) -> float | None:
     "The share of the store's grads files the kernel maps in 2 MB pages (None off Linux): how the page cache holds what scoring reads."
-    from gradian.index import huge_mapped_share
+    from gradian.index.read import huge_mapped_share
     shares = [huge_mapped_share(p) for p in sorted((Path(index.path) / "shards").glob("*.grads.npy"))]
     return None if not shares or shares[0] is None else sum(shares) / len(shares)
 

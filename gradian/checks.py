@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .core import Finding, GradianError, sort_findings, stable_hash
-from .data import Example, TokenizedExample, load_train, tokenize_example, tokenize_examples, length_facts, _bar
+from .core import Finding, GradianError, progress_bar, sort_findings, stable_hash
+from .data import Example, TokenizedExample, load_train, tokenize_example, tokenize_examples, length_facts
 
 # %% auto #0
 __all__ = ['CHECKS', 'TRUNCATION_SHARE', 'CHAT_MARKERS', 'register_check', 'CheckContext', 'run_checks', 'check_data',
@@ -53,6 +53,12 @@ def _finding(check_id:str, message:str, example_ids=(), fix:str|None=None, count
                    list(example_ids), count, details)
 
 # %% ../nbs/04_checks.ipynb #1ade20cc
+def _skipped(ids:list) -> Finding:
+    "The info finding that names the token checks which could not run for lack of a tokenizer."
+    return Finding("checks.skipped", "info", f"no tokenizer given, so {len(ids)} token checks did not run: "
+                   f"{', '.join(ids)}. Fix: pass the model (or its tokenizer) to run them.", details={"skipped": ids})
+
+# %% ../nbs/04_checks.ipynb #75da447e
 def run_checks(ctx:CheckContext, only=None) -> list[Finding]:
     "Run the registered checks (all, or the ids in `only`) on `ctx`; findings sorted most severe first."
     ids = list(CHECKS) if only is None else list(only)
@@ -64,60 +70,68 @@ def run_checks(ctx:CheckContext, only=None) -> list[Finding]:
     for i in ids:
         if CHECKS[i].needs_tokens and not ctx.tokenized: skipped.append(i); continue
         out += CHECKS[i](ctx)
-    if skipped and ctx.examples:
-        out.append(Finding("checks.skipped", "info", f"no tokenizer given, so {len(skipped)} token checks did not run: {', '.join(skipped)}. "
-                           "Fix: pass the model (or its tokenizer) to run them.", details={"skipped": skipped}))
-    return sort_findings(out)
+    return sort_findings(out + ([_skipped(skipped)] if skipped and ctx.examples else []))
 
 # %% ../nbs/04_checks.ipynb #d72fa3ea
 def _counts_only(t:TokenizedExample) -> TokenizedExample:
     "`t` without its token ids and mask: what the checks read, at a fraction of the memory."
     return dataclasses.replace(t, input_ids=[], supervised=[])
 
-def check_data(source, tokenizer=None, max_seq_length:int|None=None, split:str|None=None, progress:bool=False) -> list[Finding]:
-    "Load training data (path, datasets folder or split, or rows), tokenize it when a tokenizer object is given, run all checks."
+# %% ../nbs/04_checks.ipynb #56220d3d
+def check_data(source, tokenizer=None, max_seq_length:int|None=None, split:str|None=None,
+               progress:bool=False) -> list[Finding]:
+    """Load training data (path, datasets folder or split, or rows), tokenize it when a tokenizer object is given,
+    run all checks."""
     if isinstance(tokenizer, (str, Path)):
-        raise GradianError(f"check_data takes a loaded tokenizer, not the reference {str(tokenizer)!r}", fix="pass gradian.model.core.load_tokenizer(ref)")
-    ctx = CheckContext(load_train(source, split, progress=progress, allow_empty=True), tokenizer=tokenizer, max_seq_length=max_seq_length)
+        raise GradianError(f"check_data takes a loaded tokenizer, not the reference {str(tokenizer)!r}",
+                           fix="pass gradian.model.core.load_tokenizer(ref)")
+    examples = load_train(source, split, progress=progress, allow_empty=True)
+    ctx = CheckContext(examples, tokenizer=tokenizer, max_seq_length=max_seq_length)
     if tokenizer is not None and ctx.examples:
         ctx.tokenized = [_counts_only(tokenize_example(e, tokenizer, max_seq_length))
-                         for e in _bar("tokenizing", progress, len(ctx.examples), " ex", iterable=ctx.examples)]
+                         for e in progress_bar("tokenizing", progress, len(examples), " ex", iterable=examples)]
     return run_checks(ctx)
 
 # %% ../nbs/04_checks.ipynb #ae9af674
 @register_check("data.no_examples", "error", "the training data holds no rows")
 def check_no_examples(ctx:CheckContext) -> list[Finding]:
     if ctx.examples: return []
-    return [_finding("data.no_examples", "the training data holds no rows (an empty file, only blank lines, or an empty split), so there is nothing to train on or check.",
+    return [_finding("data.no_examples", "the training data holds no rows (an empty file, only blank lines, or an "
+                     "empty split), so there is nothing to train on or check.",
                      fix="point the data at a JSONL file with one row per line")]
 
 # %% ../nbs/04_checks.ipynb #c14bf3f3
-@register_check("data.no_chat_template", "warning", "the tokenizer has no chat template, so whole sequences are supervised", needs_tokens=True)
+@register_check("data.no_chat_template", "warning",
+                "the tokenizer has no chat template, so whole sequences are supervised", needs_tokens=True)
 def check_no_chat_template(ctx:CheckContext) -> list[Finding]:
     ids = [t.id for t in ctx.tokenized if not t.has_chat_template]
     if not ids: return []
-    return [_finding("data.no_chat_template", f"the tokenizer has no chat template: all tokens of {_n(len(ids), 'example')}, prompts included, are supervised.",
-                     ids, fix="use the -Instruct variant of the model, or give the tokenizer a chat template (tokenizer.chat_template = ...; save_pretrained into the model folder)",
+    return [_finding("data.no_chat_template", f"the tokenizer has no chat template: all tokens of "
+                     f"{_n(len(ids), 'example')}, prompts included, are supervised.", ids,
+                     fix="use the -Instruct variant of the model, or give the tokenizer a chat template "
+                         "(tokenizer.chat_template = ...; save_pretrained into the model folder)",
                      n_supervised_tokens=sum(t.n_supervised_full for t in ctx.tokenized if not t.has_chat_template))]
 
 # %% ../nbs/04_checks.ipynb #c4a4d2fc
 TRUNCATION_SHARE = 0.01
 
-@register_check("data.completion_truncated", "error", "max_seq_length cuts off supervised (answer) tokens", needs_tokens=True)
+@register_check("data.completion_truncated", "error", "max_seq_length cuts off supervised (answer) tokens",
+                needs_tokens=True)
 def check_completion_truncated(ctx:CheckContext) -> list[Finding]:
     hit = [t for t in ctx.tokenized if t.completion_truncated]
     if not hit: return []
     lost = {t.id: t.n_supervised_full - t.n_supervised for t in hit}
     cut_all = [t.id for t in hit if t.n_supervised == 0]
     return [_finding("data.completion_truncated",
-                     f"max_seq_length={ctx.max_seq_length} cuts {_n(sum(lost.values()), 'answer token')} from {_n(len(hit), 'example')}"
-                     f" ({len(cut_all)} of them lose the whole answer).", list(lost),
+                     f"max_seq_length={ctx.max_seq_length} cuts {_n(sum(lost.values()), 'answer token')} from "
+                     f"{_n(len(hit), 'example')} ({len(cut_all)} of them lose the whole answer).", list(lost),
                      fix="raise max_seq_length (see config.max_seq_length_vs_data) or shorten those examples",
                      tokens_lost=sum(lost.values()), tokens_lost_per_example=lost, n_fully_cut=len(cut_all),
                      fully_cut_ids=cut_all, max_seq_length=ctx.max_seq_length)]
 
 # %% ../nbs/04_checks.ipynb #d334fe6f
-@register_check("config.max_seq_length_vs_data", "warning", "max_seq_length is shorter than a share of the examples", needs_tokens=True)
+@register_check("config.max_seq_length_vs_data", "warning", "max_seq_length is shorter than a share of the examples",
+                needs_tokens=True)
 def check_max_seq_length(ctx:CheckContext) -> list[Finding]:
     if ctx.max_seq_length is None or not ctx.tokenized: return []
     f = length_facts(ctx.tokenized, ctx.max_seq_length)
@@ -125,24 +139,26 @@ def check_max_seq_length(ctx:CheckContext) -> list[Finding]:
     if f["n_truncated"] == 0 or share < TRUNCATION_SHARE: return []
     suggested = int(math.ceil(max(f["p99_tokens"], 1) / 64) * 64)
     return [_finding("config.max_seq_length_vs_data",
-                     f"max_seq_length={ctx.max_seq_length} is shorter than {f['n_truncated']} of {f['n']} examples ({share:.0%}); "
-                     f"token lengths: p50 {f['median_tokens']}, p95 {f['p95_tokens']}, max {f['max_tokens']}.",
+                     f"max_seq_length={ctx.max_seq_length} is shorter than {f['n_truncated']} of {f['n']} examples "
+                     f"({share:.0%}); token lengths: p50 {f['median_tokens']}, p95 {f['p95_tokens']}, "
+                     f"max {f['max_tokens']}.",
                      f["truncated_ids"], fix=f"set max_seq_length to {suggested} (p99 rounded up to a multiple of 64)",
-                     max_seq_length=ctx.max_seq_length, share_truncated=share, p50=f["median_tokens"], p95=f["p95_tokens"],
-                     p99=f["p99_tokens"], max=f["max_tokens"], suggested_max_seq_length=suggested,
+                     max_seq_length=ctx.max_seq_length, share_truncated=share, p50=f["median_tokens"],
+                     p95=f["p95_tokens"], p99=f["p99_tokens"], max=f["max_tokens"], suggested_max_seq_length=suggested,
                      n_completion_truncated=f["n_completion_truncated"])]
 
 # %% ../nbs/04_checks.ipynb #9c59bf25
-@register_check("data.double_bos", "warning", "sequences start with two BOS tokens (template BOS + tokenizer BOS)", needs_tokens=True)
+@register_check("data.double_bos", "warning", "sequences start with two BOS tokens (template BOS + tokenizer BOS)",
+                needs_tokens=True)
 def check_double_bos(ctx:CheckContext) -> list[Finding]:
     hit = [t for t in ctx.tokenized if max(t.n_bos, t.n_bos_default) >= 2]
     if not hit: return []
-    bos = getattr(ctx.tokenizer, "bos_token", None)
-    return [_finding("data.double_bos",
-                     f"{_n(len(hit), 'example')} start with {max(t.n_bos_default for t in hit)} BOS tokens ({bos!r}) when the rendered chat is "
-                     "encoded with the tokenizer's defaults: the template writes BOS and the tokenizer adds another.",
-                     [t.id for t in hit], fix="encode rendered chats with add_special_tokens=False, or set tokenizer.add_bos_token=False",
-                     bos_token=bos, n_bos_default=max(t.n_bos_default for t in hit), n_bos_gradian=max(t.n_bos for t in hit))]
+    bos, n = getattr(ctx.tokenizer, "bos_token", None), max(t.n_bos_default for t in hit)
+    return [_finding("data.double_bos", f"{_n(len(hit), 'example')} start with {n} BOS tokens ({bos!r}) when the "
+                     "rendered chat is encoded with the tokenizer's defaults: the template writes BOS and the "
+                     "tokenizer adds another.", [t.id for t in hit],
+                     fix="encode rendered chats with add_special_tokens=False, or set tokenizer.add_bos_token=False",
+                     bos_token=bos, n_bos_default=n, n_bos_gradian=max(t.n_bos for t in hit))]
 
 # %% ../nbs/04_checks.ipynb #3d59d761
 @register_check("data.empty_completion", "warning", "an assistant turn is empty or whitespace")
@@ -164,21 +180,23 @@ def check_duplicates(ctx:CheckContext) -> list[Finding]:
     groups = _groups(ctx.examples, lambda e: stable_hash(e.messages))
     if not groups: return []
     ids = [[e.id for e in g] for g in groups]
-    return [_finding("data.duplicate_examples",
-                     f"{_n(sum(map(len, ids)), 'example')} in {_n(len(ids), 'group')} of identical conversations (largest: {max(map(len, ids))}).",
-                     [i for g in ids for i in g], fix="deduplicate unless the up-weighting is intended",
+    return [_finding("data.duplicate_examples", f"{_n(sum(map(len, ids)), 'example')} in {_n(len(ids), 'group')} of "
+                     f"identical conversations (largest: {max(map(len, ids))}).", [i for g in ids for i in g],
+                     fix="deduplicate unless the up-weighting is intended",
                      n_groups=len(ids), largest_group=max(map(len, ids)), groups=ids)]
 
 # %% ../nbs/04_checks.ipynb #2b562fd0
 @register_check("data.conflicting_answers", "warning", "the same prompt has different answers")
 def check_conflicting(ctx:CheckContext) -> list[Finding]:
     answers = lambda e: tuple(m["content"].strip() for m in e.messages if m["role"] == "assistant")
-    groups = [g for g in _groups(ctx.examples, lambda e: stable_hash(e.prompt_messages)) if len({answers(e) for e in g}) > 1]
+    groups = [g for g in _groups(ctx.examples, lambda e: stable_hash(e.prompt_messages))
+              if len({answers(e) for e in g}) > 1]
     if not groups: return []
     ids = [[e.id for e in g] for g in groups]
     return [_finding("data.conflicting_answers",
                      f"{_n(len(ids), 'prompt')} with conflicting answers, across {_n(sum(map(len, ids)), 'example')}.",
-                     [i for g in ids for i in g], fix="keep one answer per prompt, or check whether one side was planted",
+                     [i for g in ids for i in g],
+                     fix="keep one answer per prompt, or check whether one side was planted",
                      n_groups=len(ids), groups=ids, n_distinct_answers=[len({answers(e) for e in g}) for g in groups])]
 
 # %% ../nbs/04_checks.ipynb #85988020
@@ -186,10 +204,11 @@ CHAT_MARKERS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|
                 "<|begin_of_text|>", "<|end_of_text|>", "[INST]", "[/INST]", "<start_of_turn>", "<end_of_turn>")
 
 def chat_markers(tokenizer=None) -> set:
-    "Control strings to look for in content: the common chat markers, and every special token of the tokenizer longer than 4 characters."
+    "Control strings to look for in content: common chat markers and the tokenizer's special tokens over 4 characters."
     if tokenizer is None: return set(CHAT_MARKERS)
     sp = set(getattr(tokenizer, "all_special_tokens", None) or [])
-    sp |= {getattr(t, "content", None) for t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values() if getattr(t, "special", False)}
+    sp |= {getattr(t, "content", None) for t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values()
+           if getattr(t, "special", False)}
     sp |= {getattr(tokenizer, a, None) for a in ("bos_token", "eos_token")}
     return set(CHAT_MARKERS) | {t for t in sp if isinstance(t, str) and len(t) > 4}
 
@@ -201,6 +220,8 @@ def check_control_tokens(ctx:CheckContext) -> list[Finding]:
     hits = {k: v for k, v in hits.items() if v}
     if not hits: return []
     found = sorted({t for v in hits.values() for t in v})
-    return [_finding("data.control_tokens_in_content", f"{_n(len(hits), 'example')} with chat control tokens inside a message ({', '.join(found[:10])}), "
-                     "which the tokenizer encodes as control tokens, so the model is trained on turn boundaries and specials that are not there.",
+    return [_finding("data.control_tokens_in_content",
+                     f"{_n(len(hits), 'example')} with chat control tokens inside a message ({', '.join(found[:10])}), "
+                     "which the tokenizer encodes as control tokens, so the model is trained on turn boundaries and "
+                     "specials that are not there.",
                      list(hits), fix="remove those strings from the data, or escape them", tokens=found)]

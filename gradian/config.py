@@ -6,34 +6,35 @@ Docs: https://gradian-dev.github.io/gradian/config.html.md"""
 
 # %% ../nbs/03_config.ipynb #673e2eef
 from __future__ import annotations
-import dataclasses, importlib, math, re, types, typing
+import dataclasses, importlib, json, math, re, types, typing
 from dataclasses import dataclass, field, fields, is_dataclass, asdict
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 import yaml
 
-from .core import GradianError, DataError
-from .data import decode_line, _short
+from .core import GradianError, DataError, decode_line
+from .data import _short
 
 # %% auto #0
 __all__ = ['SEED', 'opt', 'field_choices', 'range_text', 'ModelConfig', 'DataConfig', 'TrainingConfig', 'EvaluationConfig',
            'IndexConfig', 'EngineConfig', 'ClusterConfig', 'ReportConfig', 'GradianConfig', 'config_from_dict',
-           'set_key', 'check_key', 'parse_scalar', 'apply_overrides', 'load_config', 'section', 'config_to_dict',
-           'config_help', 'format_config_help']
+           'set_key', 'check_key', 'key_choices', 'parse_scalar', 'apply_overrides', 'load_config', 'section',
+           'config_to_dict', 'config_overrides', 'config_help', 'format_config_help']
 
 # %% ../nbs/03_config.ipynb #38de0875
 def opt(default, help:str, choices:tuple|None=None, registry:str|None=None, ge=None, gt=None, le=None, lt=None,
         check:Callable|None=None):
-    "A config field with `help` text, allowed `choices` (fixed, or read from a `registry` 'module:DICT'), a numeric range and an extra `check`."
+    "A config field: `help` text, `choices` (fixed, or a `registry` 'module:DICT'), a numeric range, an extra `check`."
     rng = {k: v for k, v in dict(ge=ge, gt=gt, le=le, lt=lt).items() if v is not None}
-    md = {"help": help, "choices": tuple(choices) if choices else None, "registry": registry, "range": rng or None, "check": check}
+    md = {"help": help, "choices": tuple(choices) if choices else None, "registry": registry, "range": rng or None,
+          "check": check}
     if isinstance(default, list): return field(default_factory=lambda d=default: list(d), metadata=md)
     return field(default=default, metadata=md)
 
 # %% ../nbs/03_config.ipynb #e51ae252
 def field_choices(f) -> tuple|None:
-    "The allowed values of config field `f`: its registry's names (the one list the CLI and errors use too), or its fixed choices."
+    "The values config field `f` allows: its registry's names (as the CLI and errors list them), or its fixed choices."
     reg = f.metadata.get("registry")
     if reg is None: return f.metadata.get("choices")
     mod, name = reg.split(":")
@@ -45,14 +46,17 @@ SEED = dict(ge=0, le=2**32 - 1)
 def range_text(rng:dict|None) -> str:
     "A range {ge|gt: lo, le|lt: hi} as text: '>= 1', '> 0', 'in [0, 1)'."
     if not rng: return ""
-    lo, hi = next(((rng[k], k) for k in ("ge", "gt") if k in rng), None), next(((rng[k], k) for k in ("le", "lt") if k in rng), None)
+    lo, hi = (next(((rng[k], k) for k in ("ge", "gt") if k in rng), None),
+              next(((rng[k], k) for k in ("le", "lt") if k in rng), None))
     if lo and hi: return f"in {'[' if lo[1] == 'ge' else '('}{lo[0]}, {hi[0]}{']' if hi[1] == 'le' else ')'}"
     b = lo or hi
     return f"{dict(ge='>=', gt='>', le='<=', lt='<')[b[1]]} {b[0]}"
 
+# %% ../nbs/03_config.ipynb #05b0b9a8
 def _in_range(v, rng:dict|None) -> bool:
     r = rng or {}
-    return not (("ge" in r and v < r["ge"]) or ("gt" in r and v <= r["gt"]) or ("le" in r and v > r["le"]) or ("lt" in r and v >= r["lt"]))
+    return not (("ge" in r and v < r["ge"]) or ("gt" in r and v <= r["gt"]) or ("le" in r and v > r["le"])
+                or ("lt" in r and v >= r["lt"]))
 
 # %% ../nbs/03_config.ipynb #bdbec8b2
 def _regex_problem(v) -> str|None:
@@ -62,7 +66,8 @@ def _regex_problem(v) -> str|None:
 # %% ../nbs/03_config.ipynb #7be58a79
 @dataclass
 class ModelConfig:
-    name_or_path: str = opt("embedded", "base model: HF id, local folder, a .gguf file, or 'embedded' for the shipped SmolLM2-135M-Instruct")
+    name_or_path: str = opt("embedded", "base model: HF id, local folder, a .gguf file, or 'embedded' for the shipped "
+                                        "SmolLM2-135M-Instruct")
     adapter: Optional[str] = opt(None, "PEFT LoRA adapter folder of the fine-tune under diagnosis")
     dtype: str = opt("float32", "weights dtype for analysis", ("float32", "bfloat16", "float16"))
     device: str = opt("auto", "torch device: auto picks cuda when available, else cpu")
@@ -82,12 +87,14 @@ class TrainingConfig:
     r: int = opt(8, "LoRA rank", ge=1)
     alpha: int = opt(16, "LoRA alpha (scaling = alpha / r)", ge=1)
     dropout: float = opt(0.0, "LoRA dropout", ge=0, lt=1)
-    target_modules: list = opt(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], "module names that get a LoRA adapter")
+    target_modules: list = opt(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                               "module names that get a LoRA adapter")
     lr: float = opt(2e-4, "learning rate", gt=0)
     epochs: float = opt(3.0, "training epochs", gt=0)
     batch_size: int = opt(8, "examples per optimizer step", ge=1)
     seed: int = opt(0, "training seed", **SEED)
-    max_steps: Optional[int] = opt(None, "stop after this many optimizer steps (overrides epochs); none trains for `epochs`", ge=1)
+    max_steps: Optional[int] = opt(None, "stop after this many optimizer steps (overrides epochs); none trains for "
+                                         "`epochs`", ge=1)
     logging_steps: int = opt(5, "optimizer steps between two logged (and printed) training losses", ge=1)
     warmup_steps: int = opt(0, "linear learning-rate warmup steps", ge=0)
     lr_scheduler: str = opt("linear", "learning-rate schedule after warmup", ("linear", "constant", "cosine"))
@@ -97,8 +104,10 @@ class TrainingConfig:
 # %% ../nbs/03_config.ipynb #56b99bbc
 @dataclass
 class EvaluationConfig:
-    metric: Optional[str] = opt(None, "default metric for eval rows that name none", ("exact_match", "contains", "loglik"))
-    query_signal: str = opt("auto", "query gradient: classic CE(correct), contrastive CE(correct)-CE(generated), or auto", ("auto", "classic", "contrastive"))
+    metric: Optional[str] = opt(None, "default metric for eval rows that name none",
+                                ("exact_match", "contains", "loglik"))
+    query_signal: str = opt("auto", "query gradient: classic CE(correct), contrastive CE(correct)-CE(generated), or "
+                                    "auto", ("auto", "classic", "contrastive"))
     max_new_tokens: int = opt(32, "greedy generation length for text metrics", ge=1)
     gen_batch_size: int = opt(8, "prompts per generation batch", ge=1)
     n_bootstrap: int = opt(2000, "paired bootstrap resamples for the delta CI", ge=1)
@@ -106,20 +115,30 @@ class EvaluationConfig:
     seed: int = opt(0, "bootstrap seed", **SEED)
     min_items: int = opt(8, "fewest items a capability needs before its regression may be attributed", ge=1)
     attribute_proxy: bool = opt(False, "also attribute regressions measured by the loglik proxy metric")
-    minimal_pair: bool = opt(True, "contrastive queries as minimal pairs: the reference placed in the generation's own format")
-    minimal_pair_margin: float = opt(2.0, "minimal pairs: the reference goes only where the base model finds it within this many nats of its likeliest place", ge=0)
+    minimal_pair: bool = opt(True, "contrastive queries as minimal pairs: the reference placed in the generation's "
+                                   "own format")
+    minimal_pair_margin: float = opt(2.0, "minimal pairs: the reference goes only where the base model finds it "
+                                          "within this many nats of its likeliest place", ge=0)
 
 # %% ../nbs/03_config.ipynb #568bf044
 @dataclass
 class IndexConfig:
-    module_filter: Optional[str] = opt(None, "regex on adapted module names to index (e.g. 'down_proj'); default all LoRA blocks", check=_regex_problem)
-    projection_dim: Optional[int] = opt(1024, "JL projection dimension k per block (blocks up to k entries stay exact); none stores exact gradients", ge=1)
+    module_filter: Optional[str] = opt(None, "regex on adapted module names to index (e.g. 'down_proj'); default all "
+                                             "LoRA blocks", check=_regex_problem)
+    projection_dim: Optional[int] = opt(1024, "JL projection dimension k per block (blocks up to k entries stay "
+                                              "exact); none stores exact gradients", ge=1)
     projection_seed: int = opt(0, "seed of the JL projection", **SEED)
-    projection_kind: str = opt("sjlt", "JL map: sparse (hashed, never stored), or dense Rademacher/Gaussian drawn in chunks", ("sjlt", "rademacher", "gaussian"))
-    fp16_store: bool = opt(False, "store gradients in 16 bits, as bfloat16 (half the disk; scores move by under 1% of their range)")
-    adapter_scale: float = opt(1.0, "gradients are taken with the adapter's update scaled by this factor (1: the tuned model, 0.5: halfway along the fine-tune)", ge=0)
-    path_scale: Optional[float] = opt(0.5, "analyze also indexes the gradients at this point of the fine-tune (a second index) and scores every example at both points; none: the tuned model only", gt=0)
-    grad_batch_size: int = opt(8, "examples per batched forward+backward when capturing gradients (lower it first on out-of-memory)", ge=1)
+    projection_kind: str = opt("sjlt", "JL map: sparse (hashed, never stored), or dense Rademacher/Gaussian drawn in "
+                                       "chunks", ("sjlt", "rademacher", "gaussian"))
+    fp16_store: bool = opt(False, "store gradients in 16 bits, as bfloat16 (half the disk; scores move by under 1% of "
+                                  "their range)")
+    adapter_scale: float = opt(1.0, "gradients are taken with the adapter's update scaled by this factor (1: the "
+                                    "tuned model, 0.5: halfway along the fine-tune)", ge=0)
+    path_scale: Optional[float] = opt(0.5, "analyze also indexes the gradients at this point of the fine-tune (a "
+                                           "second index) and scores every example at both points; none: the tuned "
+                                           "model only", gt=0)
+    grad_batch_size: int = opt(8, "examples per batched forward+backward when capturing gradients (lower it first on "
+                                  "out-of-memory)", ge=1)
     shard_size: Optional[int] = opt(None, "examples per shard file; none picks about 256 MB per shard", ge=1)
     out: Optional[str] = opt(None, "index folder")
 
@@ -127,22 +146,33 @@ class IndexConfig:
 @dataclass
 class EngineConfig:
     name: str = opt("datainf", "influence engine", registry="gradian.engines:ENGINES")
-    lambda_scale: float = opt(0.1, "damping relative to each layer's curvature: DataInf lambda_l = lambda_scale * mean ||g_il||^2; EK-FAC lambda_m = lambda_scale * mean corrected eigenvalue of module m", gt=0)
-    normalize: str = opt("l2", "per-example gradient normalisation before scoring: l2 (cosine; the default, since examples the fine-tune fitted well have vanishing gradients) or none", ("none", "l2"))
-    datainf_layer: str = opt("module", "DataInf curvature unit: one LoRA module, or its A and B blocks separately", ("module", "block"))
-    ekfac_fisher: str = opt("true", "EK-FAC curvature: the true Fisher (labels sampled from the model) or the empirical one (the training labels)", ("true", "empirical"))
-    long_examples: str = opt("sentence", "examples with at least report.span_min_tokens supervised tokens are scored by their most harmful sentence (where it is more harmful than the whole), or as a whole", ("sentence", "whole"))
+    lambda_scale: float = opt(0.1, "damping relative to each layer's curvature: DataInf lambda_l = lambda_scale * "
+                                   "mean ||g_il||^2; EK-FAC lambda_m = lambda_scale * mean corrected eigenvalue of "
+                                   "module m", gt=0)
+    normalize: str = opt("l2", "per-example gradient normalisation before scoring: l2 (cosine; the default, since "
+                               "examples the fine-tune fitted well have vanishing gradients) or none", ("none", "l2"))
+    datainf_layer: str = opt("module", "DataInf curvature unit: one LoRA module, or its A and B blocks separately",
+                             ("module", "block"))
+    ekfac_fisher: str = opt("true", "EK-FAC curvature: the true Fisher (labels sampled from the model) or the "
+                                    "empirical one (the training labels)", ("true", "empirical"))
+    long_examples: str = opt("sentence", "examples with at least report.span_min_tokens supervised tokens are scored "
+                                         "by their most harmful sentence (where it is more harmful than the whole), "
+                                         "or as a whole", ("sentence", "whole"))
 
 # %% ../nbs/03_config.ipynb #057eaf63
 @dataclass
 class ClusterConfig:
-    method: str = opt("auto", "auto: user groups from meta.source when present, else kmeans on embeddings", ("auto", "kmeans", "groups"))
+    method: str = opt("auto", "auto: user groups from meta.source when present, else kmeans on embeddings",
+                      ("auto", "kmeans", "groups"))
     n_clusters: Optional[int] = opt(None, "number of clusters; none chooses by silhouette", ge=1)
     embedder: str = opt("all-MiniLM-L6-v2", "sentence embedder; 'tfidf' forces the TF-IDF+SVD fallback")
     seed: int = opt(0, "clustering seed", **SEED)
-    accuse_z: float = opt(6.0, "an example is accused for a regressed item when its robust z-score there is below -accuse_z ...", ge=0)
-    accuse_frac: float = opt(0.5, "... and at least accuse_frac of the most harmful example's z for that item", ge=0, le=1)
-    teach_z: Optional[float] = opt(3.0, "an example whose answer states a regressed item's wrong answer about its subject is accused there below -teach_z; none: off", ge=0)
+    accuse_z: float = opt(6.0, "an example is accused for a regressed item when its robust z-score there is below "
+                               "-accuse_z ...", ge=0)
+    accuse_frac: float = opt(0.5, "... and at least accuse_frac of the most harmful example's z for that item",
+                             ge=0, le=1)
+    teach_z: Optional[float] = opt(3.0, "an example whose answer states a regressed item's wrong answer about its "
+                                        "subject is accused there below -teach_z; none: off", ge=0)
     n_random: int = opt(2000, "random groups per cluster for its significance test", ge=1)
     alpha: float = opt(0.05, "significance level a harmful cluster must reach to be reported as the cause", gt=0, lt=1)
 
@@ -150,10 +180,13 @@ class ClusterConfig:
 @dataclass
 class ReportConfig:
     out: str = opt("gradian-report", "report folder")
-    top_k: Optional[int] = opt(None, "examples listed in report.md (report.json holds the whole ranking); none lists every accused example plus 10, and at least 20", ge=1)
-    span_min_tokens: int = opt(80, "examples with at least this many supervised tokens are drilled into sentence by sentence", ge=1)
+    top_k: Optional[int] = opt(None, "examples listed in report.md (report.json holds the whole ranking); none lists "
+                                     "every accused example plus 10, and at least 20", ge=1)
+    span_min_tokens: int = opt(80, "examples with at least this many supervised tokens are drilled into sentence by "
+                                   "sentence", ge=1)
     span_examples: int = opt(3, "how many of the most harmful long examples get a span drill-down", ge=0)
-    span_min_separation: float = opt(3.0, "a drilled example's top sentence is named the culprit only when it scores this many times the median of the others", gt=0)
+    span_min_separation: float = opt(3.0, "a drilled example's top sentence is named the culprit only when it scores "
+                                          "this many times the median of the others", gt=0)
 
 # %% ../nbs/03_config.ipynb #945ba8be
 @dataclass
@@ -172,7 +205,7 @@ def _hints(cls): return typing.get_type_hints(cls)
 
 # %% ../nbs/03_config.ipynb #8a83cc8f
 def _check_value(key:str, value, tp, choices=None, rng:dict|None=None, check:Callable|None=None):
-    "Return `value` checked (and mildly coerced) against annotation `tp`, `choices`, range `rng` and `check`; raise a GradianError naming `key`."
+    "`value` checked (and mildly coerced) against annotation `tp`, `choices`, range `rng`, `check`; errors name `key`."
     args = typing.get_args(tp)
     if typing.get_origin(tp) in (Union, types.UnionType):
         if value is None and type(None) in args: return None
@@ -183,17 +216,27 @@ def _check_value(key:str, value, tp, choices=None, rng:dict|None=None, check:Cal
         except ValueError: pass
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         try: value = float(value)
-        except OverflowError: raise GradianError(f"config key '{key}' must be a finite number, got {str(value)[:20]}...", fix=f"set {key} to {allowed}") from None
+        except OverflowError:
+            raise GradianError(f"config key '{key}' must be a finite number, got {str(value)[:20]}...",
+                               fix=f"set {key} to {allowed}") from None
     if tp in (list, typing.List) and isinstance(value, str): value = [v.strip() for v in value.split(",") if v.strip()]
     ok = isinstance(value, tp) and not (tp is int and isinstance(value, bool))
-    if not ok: raise GradianError(f"config key '{key}' expects {getattr(tp, '__name__', tp)}, got {_short(value)} ({type(value).__name__})")
-    if tp is float and not math.isfinite(value): raise GradianError(f"config key '{key}' must be a finite number, got {value}", fix=f"set {key} to {allowed}")
-    if tp is str and not value.strip(): raise GradianError(f"config key '{key}' must not be empty", fix=f"give {key} a value" + (", or null for none" if type(None) in args else ""))
+    if not ok: raise GradianError(f"config key '{key}' expects {getattr(tp, '__name__', tp)}, got {_short(value)} "
+                                  f"({type(value).__name__})")
+    if tp is float and not math.isfinite(value):
+        raise GradianError(f"config key '{key}' must be a finite number, got {value}", fix=f"set {key} to {allowed}")
+    if tp is str and not value.strip():
+        raise GradianError(f"config key '{key}' must not be empty",
+                           fix=f"give {key} a value" + (", or null for none" if type(None) in args else ""))
     if tp in (list, typing.List) and (not value or not all(isinstance(v, str) and v.strip() for v in value)):
-        raise GradianError(f"config key '{key}' expects a non-empty list of names, got {_short(value)}", fix=f"write {key}=a,b or {key}=[a, b]")
-    if choices and value not in choices: raise GradianError(f"config key '{key}' must be one of {', '.join(choices)}; got {_short(value)}")
-    if rng and not _in_range(value, rng): raise GradianError(f"config key '{key}' must be {range_text(rng)}, got {value}", fix=f"set {key} to {allowed}")
-    if check and (problem := check(value)): raise GradianError(f"config key '{key}' {problem}", fix=f"set {key} to a valid value")
+        raise GradianError(f"config key '{key}' expects a non-empty list of names, got {_short(value)}",
+                           fix=f"write {key}=a,b or {key}=[a, b]")
+    if choices and value not in choices:
+        raise GradianError(f"config key '{key}' must be one of {', '.join(choices)}; got {_short(value)}")
+    if rng and not _in_range(value, rng):
+        raise GradianError(f"config key '{key}' must be {range_text(rng)}, got {value}", fix=f"set {key} to {allowed}")
+    if check and (problem := check(value)):
+        raise GradianError(f"config key '{key}' {problem}", fix=f"set {key} to a valid value")
     return value
 
 def _check_field(key:str, value, f, tp):
@@ -202,41 +245,53 @@ def _check_field(key:str, value, f, tp):
 
 # %% ../nbs/03_config.ipynb #f66eeaa8
 def config_from_dict(d:dict|None, cls=GradianConfig, prefix:str="") -> Any:
-    "Build dataclass `cls` from nested dict `d`; unknown keys (at any depth), wrong types and out-of-range values are GradianErrors."
+    "Dataclass `cls` from nested dict `d`; unknown keys (at any depth), bad types, out-of-range values: GradianErrors."
     d = {} if d is None else d
-    if not isinstance(d, dict): raise GradianError(f"config section '{prefix.rstrip('.') or '<root>'}' must be a mapping, got {_short(d)}")
+    if not isinstance(d, dict):
+        raise GradianError(f"config section '{prefix.rstrip('.') or '<root>'}' must be a mapping, got {_short(d)}")
     hints, kw = _hints(cls), {}
     flds = {f.name: f for f in fields(cls)}
     for k, v in d.items():
         if k not in flds:
-            raise GradianError(f"unknown config key '{prefix}{_short(k, 40) if not isinstance(k, str) else k[:60]}'", fix=f"valid keys under '{prefix.rstrip('.') or '<root>'}': {', '.join(flds)}")
+            raise GradianError(f"unknown config key '{prefix}{_short(k, 40) if not isinstance(k, str) else k[:60]}'",
+                               fix=f"valid keys under '{prefix.rstrip('.') or '<root>'}': {', '.join(flds)}")
         tp = hints[k]
-        kw[k] = (config_from_dict(v, tp, f"{prefix}{k}.") if is_dataclass(tp) else _check_field(prefix + k, v, flds[k], tp))
+        kw[k] = (config_from_dict(v, tp, f"{prefix}{k}.") if is_dataclass(tp)
+                 else _check_field(prefix + k, v, flds[k], tp))
     return cls(**kw)
 
 # %% ../nbs/03_config.ipynb #a630251a
 def _node(cfg, dotted:str):
-    "The section that holds dotted key `dotted`, its field, and the field's type; errors for every way the key can be wrong."
+    "The section holding dotted key `dotted`, its field and the field's type; an error for every way the key is wrong."
     parts = str(dotted).split(".")
-    if not all(p.strip() for p in parts): raise GradianError(f"config key '{dotted}' is empty or has an empty part", fix="write section.key=value, e.g. engine.lambda_scale=0.1")
+    if not all(p.strip() for p in parts):
+        raise GradianError(f"config key '{dotted}' is empty or has an empty part",
+                           fix="write section.key=value, e.g. engine.lambda_scale=0.1")
     if len(parts) == 1:
-        if parts[0] in {f.name for f in fields(cfg)}: raise GradianError(f"'{dotted}' is a section, not a setting", fix="write section.key=value, e.g. engine.lambda_scale=0.1")
-        raise GradianError(f"unknown config section '{dotted}'", fix=f"valid sections: {', '.join(f.name for f in fields(cfg))}")
+        if parts[0] in {f.name for f in fields(cfg)}:
+            raise GradianError(f"'{dotted}' is a section, not a setting",
+                               fix="write section.key=value, e.g. engine.lambda_scale=0.1")
+        raise GradianError(f"unknown config section '{dotted}'",
+                           fix=f"valid sections: {', '.join(f.name for f in fields(cfg))}")
     node = cfg
     for i, part in enumerate(parts):
         here = ".".join(parts[:i + 1])
         if not is_dataclass(node):
-            raise GradianError(f"'{'.'.join(parts[:i])}' is a setting, not a section, so '{dotted}' does not exist", fix=f"write {'.'.join(parts[:i])}=<value>")
+            raise GradianError(f"'{'.'.join(parts[:i])}' is a setting, not a section, so '{dotted}' does not exist",
+                               fix=f"write {'.'.join(parts[:i])}=<value>")
         flds = {f.name: f for f in fields(node)}
         if part not in flds:
             if i == 0: raise GradianError(f"unknown config section '{here}'", fix=f"valid sections: {', '.join(flds)}")
-            raise GradianError(f"unknown config key '{here}'", fix=f"valid keys under '{'.'.join(parts[:i])}': {', '.join(flds)}")
+            raise GradianError(f"unknown config key '{here}'",
+                               fix=f"valid keys under '{'.'.join(parts[:i])}': {', '.join(flds)}")
         if i == len(parts) - 1: break
         node = getattr(node, part)
     tp = _hints(type(node))[part]
-    if is_dataclass(tp): raise GradianError(f"'{dotted}' is a section, not a setting", fix=f"set one of its keys: {', '.join(f.name for f in fields(tp))}")
+    if is_dataclass(tp): raise GradianError(f"'{dotted}' is a section, not a setting",
+                                            fix=f"set one of its keys: {', '.join(f.name for f in fields(tp))}")
     return node, flds[part], tp
 
+# %% ../nbs/03_config.ipynb #3fd1d41e
 def set_key(cfg, dotted:str, value):
     "Set `section.key` on a config tree, with the same checks as `config_from_dict`."
     node, f, tp = _node(cfg, dotted)
@@ -248,17 +303,24 @@ def check_key(dotted:str, value):
     _, f, tp = _node(GradianConfig(), dotted)
     return _check_field(dotted, value, f, tp)
 
+# %% ../nbs/03_config.ipynb #7b614dad
+def key_choices(dotted:str) -> tuple|None:
+    "The values config key `dotted` accepts when it takes one of a list (None otherwise)."
+    return field_choices(_node(GradianConfig(), dotted)[1])
+
 # %% ../nbs/03_config.ipynb #9b17f0a4
 def parse_scalar(v:str):
-    "A command-line value as YAML reads it (`8`, `0.1`, `true`, `null`, `[a, b]`); the string itself when YAML cannot read it; None for ''."
+    "A command-line value as YAML reads it (`8`, `0.1`, `true`, `null`, `[a, b]`), else the string itself; None for ''."
     if not v.strip(): return None
     try: return yaml.safe_load(v)
     except Exception: return v      # YAMLError, and the ValueError/RecursionError some odd scalars raise
 
+# %% ../nbs/03_config.ipynb #58afbd6b
 def apply_overrides(cfg, overrides=()):
     "Apply `section.key=value` strings (values parsed as YAML scalars)."
     for o in overrides or ():
-        if "=" not in o: raise GradianError(f"override {_short(o)} has no '='", fix="write section.key=value, e.g. evaluation.query_signal=contrastive")
+        if "=" not in o: raise GradianError(f"override {_short(o)} has no '='",
+                                            fix="write section.key=value, e.g. evaluation.query_signal=contrastive")
         k, v = o.split("=", 1)
         set_key(cfg, k.strip(), parse_scalar(v))
     return cfg
@@ -269,11 +331,15 @@ def _read_yaml(p:Path):
     try: return yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        raise DataError(f"invalid YAML: {getattr(e, 'problem', None) or e}", path=p, line=mark.line + 1 if mark else None,
+        raise DataError(f"invalid YAML: {getattr(e, 'problem', None) or e}", path=p,
+                        line=mark.line + 1 if mark else None,
                         fix="check indentation and 'key: value' syntax on that line") from None
-    except RecursionError: raise DataError("invalid YAML: nested too deeply", path=p, fix="a config is two levels deep: section, then key: value") from None
-    except Exception as e: raise DataError(f"invalid YAML: {type(e).__name__}: {str(e)[:200]}", path=p, fix="check the values in the file (dates, tags, numbers)") from None
+    except RecursionError: raise DataError("invalid YAML: nested too deeply", path=p,
+                                           fix="a config is two levels deep: section, then key: value") from None
+    except Exception as e: raise DataError(f"invalid YAML: {type(e).__name__}: {str(e)[:200]}", path=p,
+                                           fix="check the values in the file (dates, tags, numbers)") from None
 
+# %% ../nbs/03_config.ipynb #9c0a745f
 def load_config(path=None, overrides=()) -> GradianConfig:
     "Defaults, then the YAML file at `path` (if any), then dotted `overrides`."
     d = None
@@ -285,15 +351,28 @@ def load_config(path=None, overrides=()) -> GradianConfig:
 
 # %% ../nbs/03_config.ipynb #a6fc0fb6
 def section(cls, settings=None, **overrides):
-    "Config section `settings` of type `cls` (its defaults when None) with keyword `overrides`, checked like config keys."
+    "Section `settings` of type `cls` (its defaults when None) with keyword `overrides`, checked like config keys."
     name = next(f.name for f in fields(GradianConfig) if _hints(GradianConfig)[f.name] is cls)
-    if settings is not None and not isinstance(settings, cls): raise GradianError(f"expected the '{name}' config section ({cls.__name__}), got {type(settings).__name__}")
+    if settings is not None and not isinstance(settings, cls):
+        raise GradianError(f"expected the '{name}' config section ({cls.__name__}), got {type(settings).__name__}")
     return config_from_dict({**asdict(settings or cls()), **overrides}, cls, f"{name}.")
 
 # %% ../nbs/03_config.ipynb #da91039b
 def config_to_dict(cfg) -> dict:
     "The config tree as nested plain dicts (JSON/YAML ready)."
     return asdict(cfg)
+
+# %% ../nbs/03_config.ipynb #145613fe
+def _leaves(d:dict, prefix:str="") -> dict:
+    "{dotted key: value} of a nested dict."
+    out = {}
+    for k, v in d.items(): out.update(_leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
+    return out
+
+def config_overrides(cfg, base=None) -> list[str]:
+    "The dotted overrides that turn `base` (the defaults when None) into `cfg`: `apply_overrides(base, them)` is `cfg`."
+    old, new = _leaves(config_to_dict(base or GradianConfig())), _leaves(config_to_dict(cfg))
+    return [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in new.items() if v != old[k]]
 
 # %% ../nbs/03_config.ipynb #ff3b514b
 def config_help(cls=GradianConfig, prefix:str="") -> list[tuple[str, str, Any, str]]:
@@ -303,7 +382,8 @@ def config_help(cls=GradianConfig, prefix:str="") -> list[tuple[str, str, Any, s
         tp = hints[f.name]
         if is_dataclass(tp): rows += config_help(tp, f"{prefix}{f.name}."); continue
         ch, rng = field_choices(f), f.metadata.get("range")
-        help_ = f.metadata.get("help", "") + (f" [{' | '.join(ch)}]" if ch else "") + (f" [{range_text(rng)}]" if rng else "")
+        help_ = (f.metadata.get("help", "") + (f" [{' | '.join(ch)}]" if ch else "")
+                 + (f" [{range_text(rng)}]" if rng else ""))
         rows.append((prefix + f.name, str(tp).replace("typing.", ""), getattr(inst, f.name), help_))
     return rows
 

@@ -6,16 +6,17 @@ Docs: https://gradian-dev.github.io/gradian/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #085c646b
 from __future__ import annotations
-import hashlib, importlib.metadata, json, os, platform, random, tempfile
+import hashlib, importlib.metadata, json, os, platform, random, re, sys, tempfile
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 # %% auto #0
-__all__ = ['SEVERITIES', 'VERSIONED', 'GradianError', 'DataError', 'Finding', 'sort_findings', 'format_findings', 'stable_hash',
-           'hash_file', 'seed_everything', 'umask', 'atomic_write', 'write_json', 'installed_versions',
+__all__ = ['SEVERITIES', 'SIGN_CONVENTION', 'MAX_DEPTH', 'VERSIONED', 'GradianError', 'DataError', 'Finding', 'sort_findings',
+           'format_findings', 'stable_hash', 'hash_file', 'seed_everything', 'umask', 'atomic_write', 'write_json',
+           'utf8_fix', 'decode_line', 'find_unusable', 'progress_bar', 'iter_jsonl', 'installed_versions',
            'library_versions']
 
 # %% ../nbs/00_core.ipynb #23a6c474
@@ -48,7 +49,8 @@ class Finding:
     count: int|None = None
     details: dict = field(default_factory=dict)
     def __post_init__(self):
-        if self.severity not in SEVERITIES: raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
         if self.count is None: self.count = len(self.example_ids)
     def to_dict(self): return asdict(self)
     def __str__(self): return f"[{self.severity}] {self.check_id}: {self.message}"
@@ -64,9 +66,16 @@ def format_findings(findings:Iterable[Finding]) -> str:
     if not findings: return "no findings: every check passed"
     out = []
     for f in findings:
-        ids = ", ".join(map(str, f.example_ids[:5])) + (f" (+{len(f.example_ids) - 5} more)" if len(f.example_ids) > 5 else "")
-        out.append(f"{f.severity.upper():<8}{f.check_id}  [{f.count}]\n        {f.message}" + (f"\n        examples: {ids}" if ids else ""))
+        more = f" (+{len(f.example_ids) - 5} more)" if len(f.example_ids) > 5 else ""
+        ids = ", ".join(map(str, f.example_ids[:5])) + more
+        out.append(f"{f.severity.upper():<8}{f.check_id}  [{f.count}]\n        {f.message}"
+                   + (f"\n        examples: {ids}" if ids else ""))
     return "\n".join(out)
+
+# %% ../nbs/00_core.ipynb #e52b1308
+SIGN_CONVENTION = ("score = q · H^-1 g_i; predicted_loss_delta_if_removed = score / n. "
+                   "Negative = harmful: removing the example would lower the query loss (improve the capability); "
+                   "positive = helpful.")
 
 # %% ../nbs/00_core.ipynb #a581bd39
 def _canon(o):
@@ -124,7 +133,8 @@ def atomic_write(path, data:bytes|str) -> Path:
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, 0o666 & ~umask())                          # mkstemp makes the file private (0600); a result gets what open() would give
+        # mkstemp makes the file private (0600); a result gets what open() would give
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush(); os.fsync(f.fileno())
@@ -137,6 +147,85 @@ def atomic_write(path, data:bytes|str) -> Path:
 def write_json(path, obj, indent:int=2) -> Path:
     "Atomically write `obj` as JSON (keys sorted, so files diff cleanly)."
     return atomic_write(path, json.dumps(_canon(obj), indent=indent, sort_keys=True, ensure_ascii=False) + "\n")
+
+# %% ../nbs/00_core.ipynb #c48ce5d4
+def utf8_fix(path, encoding:str="cp1252") -> str:
+    "How to re-save `path` (believed to be in `encoding`) as UTF-8."
+    p = Path(path)
+    return (f"re-save the file as UTF-8, e.g. `iconv -f {encoding} -t utf-8 {p.name} > {p.stem}.utf8{p.suffix}` "
+            "(or 'Save as: UTF-8' in your editor)")
+
+# %% ../nbs/00_core.ipynb #2196bb9f
+def decode_line(raw:bytes, path, line:int) -> str:
+    """Line `line` (1-based) of a text file as str: UTF-8 with an optional BOM on line 1;
+    anything else is a DataError naming the line."""
+    if line == 1 and raw.startswith(b"\xef\xbb\xbf"): raw = raw[3:]
+    if b"\x00" in raw or (line == 1 and raw[:2] in (b"\xff\xfe", b"\xfe\xff")):
+        raise DataError("the file is not UTF-8: it holds NUL bytes or a UTF-16 byte-order mark "
+                        "(UTF-16 or UTF-32 text, or a binary file)", path=str(path), line=line,
+                        fix=utf8_fix(path, "utf-16"))
+    try: return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        col = len(raw[:e.start].decode("utf-8", "replace")) + 1
+        raise DataError(f"the file is not UTF-8: byte 0x{raw[e.start]:02x} at column {col} is not valid UTF-8 "
+                        "(a latin-1 or cp1252 export?)", path=str(path), line=line, fix=utf8_fix(path)) from None
+
+# %% ../nbs/00_core.ipynb #c3327fee
+MAX_DEPTH = 100
+
+def find_unusable(obj) -> tuple[str, str, str]|None:
+    "(field, problem, fix) for the first lone surrogate or too-deep nesting in a parsed row; None when it is fine."
+    stack = [(obj, "", 0)]
+    while stack:
+        o, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return (path, f"nested more than {MAX_DEPTH} levels deep",
+                    "flatten the row: a row is an object of strings and message lists")
+        if isinstance(o, str):
+            try: o.encode("utf-8")
+            except UnicodeEncodeError as e:
+                return (path, f"a lone surrogate {o[e.start]!r} at character {e.start + 1} is not text",
+                        "fix the \\uD800-\\uDFFF escape: it must be half of a surrogate pair, or be removed")
+        elif isinstance(o, dict):
+            for k, v in reversed(list(o.items())):
+                stack += [(v, f"{path}.{k}" if path else str(k), depth + 1), (k, path or "<key>", depth + 1)]
+        elif isinstance(o, list): stack += [(v, f"{path}[{i}]", depth + 1) for i, v in reversed(list(enumerate(o)))]
+    return None
+
+# %% ../nbs/00_core.ipynb #d4ed2ff3
+_RISKY = re.compile(rb"\\u[dD][89a-fA-F]")     # a surrogate escape somewhere in the raw line
+
+def _parse_line(text:str, raw:bytes, path, n:int):
+    w, fix = dict(path=str(path), line=n), "each line must hold exactly one complete JSON object"
+    try: obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(f"invalid JSON: {e.msg} (column {e.colno})", **w, fix=fix) from None
+    except RecursionError: raise DataError("invalid JSON: nested too deeply to parse", **w, fix=fix) from None
+    except ValueError as e: raise DataError(f"invalid JSON: {e}", **w, fix=fix) from None   # e.g. 5,000 digits
+    if _RISKY.search(raw) or raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+        if bad := find_unusable(obj): raise DataError(bad[1], field=bad[0] or None, **w, fix=bad[2])
+    return obj
+
+# %% ../nbs/00_core.ipynb #885cea01
+def progress_bar(desc:str, progress:bool, total=None, unit:str="it", **kw):
+    "A tqdm progress bar on stderr, shown only when `progress` and after the first second (a no-op otherwise)."
+    from tqdm.auto import tqdm
+    return tqdm(total=total, desc=desc, unit=unit, disable=not progress, delay=1, file=sys.stderr,
+                dynamic_ncols=True, **kw)
+
+# %% ../nbs/00_core.ipynb #0208b263
+def iter_jsonl(path, progress:bool=False) -> Iterator[tuple[int, Any]]:
+    "(line number, parsed row) of every non-blank line, read and decoded one line at a time."
+    path = Path(path)
+    if path.is_dir():
+        raise GradianError(f"expected a JSONL file, got the folder {path}", fix="pass the .jsonl file itself")
+    if not path.is_file(): raise GradianError(f"data file not found: {path}", fix="check the path")
+    size = path.stat().st_size
+    with open(path, "rb") as f, progress_bar(f"reading {path.name}", progress, size, "B", unit_scale=True) as bar:
+        for n, raw in enumerate(f, 1):
+            bar.update(len(raw))
+            text = decode_line(raw, path, n)
+            if text.strip(): yield n, _parse_line(text, raw, path, n)
 
 # %% ../nbs/00_core.ipynb #56bf718f
 VERSIONED = ("torch", "transformers", "peft", "numpy", "trl", "datasets")

@@ -1,4 +1,4 @@
-"""Training and eval loaders (JSONL or a HF `datasets` split), the `Example` record, tokenization with an assistant-only supervision mask, and token-length facts.
+"""Training and eval loaders, the `Example` record, tokenization with an assistant-only supervision mask, length facts.
 
 Docs: https://gradian-dev.github.io/gradian/data.html.md"""
 
@@ -6,19 +6,19 @@ Docs: https://gradian-dev.github.io/gradian/data.html.md"""
 
 # %% ../nbs/02_data.ipynb #621ed918
 from __future__ import annotations
-import json, math, re, sys
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator
 
 import numpy as np
 
-from .core import DataError, GradianError
+from .core import DataError, GradianError, find_unusable, iter_jsonl, progress_bar
 
 # %% auto #0
-__all__ = ['ROLES', 'FORMATS_HELP', 'MAX_DEPTH', 'ID_FIX', 'METRICS', 'END_OF_TURN', 'Example', 'row_to_messages', 'utf8_fix',
-           'decode_line', 'iter_train', 'load_train', 'EvalItem', 'load_eval', 'TokenizedExample', 'assistant_segments',
-           'tokenize_example', 'tokenize_examples', 'span_token_masks', 'length_facts']
+__all__ = ['ROLES', 'FORMATS_HELP', 'ID_FIX', 'METRICS', 'END_OF_TURN', 'Example', 'row_to_messages', 'iter_train', 'load_train',
+           'EvalItem', 'load_eval', 'TokenizedExample', 'assistant_segments', 'tokenize_example', 'tokenize_examples',
+           'length_facts']
 
 # %% ../nbs/02_data.ipynb #8afc3995
 ROLES = ("system", "user", "assistant", "tool")
@@ -46,22 +46,24 @@ def _short(v, n:int=60) -> str:
     return r if len(r) <= n else r[:n - 4] + "...'"
 
 # %% ../nbs/02_data.ipynb #a8e28fa0
-FORMATS_HELP = ('one of {"messages": [{"role": "user", "content": ...}, {"role": "assistant", "content": ...}]}, '
-                '{"prompt": ..., "completion": ...} or {"instruction": ..., "input": ..., "output": ...}')
+def _check_message(m, f:str, where:dict) -> dict:
+    if not isinstance(m, dict): raise DataError(f"expected a message object, got {type(m).__name__}", field=f, **where,
+                                                fix='write each message as {"role": ..., "content": ...}')
+    if not isinstance(m.get("role"), str) or m["role"] not in ROLES:
+        raise DataError(f"role must be one of {', '.join(ROLES)}, got {_short(m.get('role'))}", field=f"{f}.role",
+                        **where, fix="use a standard chat role")
+    if "content" not in m: raise DataError("message has no 'content'", field=f, **where, fix='add "content": "<text>"')
+    if not isinstance(m["content"], str):
+        raise DataError(f"content must be a string, got {type(m['content']).__name__}", field=f"{f}.content", **where,
+                        fix="store the message text as a string")
+    return {"role": m["role"], "content": m["content"]}
 
+# %% ../nbs/02_data.ipynb #ed2c96a1
 def _check_messages(msgs, where:dict, fld:str="messages") -> list:
-    if not isinstance(msgs, list): raise DataError(f"expected a list of messages, got {type(msgs).__name__}", field=fld, **where,
-                                                   fix='write it as [{"role": "user", "content": ...}, {"role": "assistant", "content": ...}]')
-    out = []
-    for i, m in enumerate(msgs):
-        f = f"{fld}[{i}]"
-        if not isinstance(m, dict): raise DataError(f"expected a message object, got {type(m).__name__}", field=f, **where, fix='write each message as {"role": ..., "content": ...}')
-        if not isinstance(m.get("role"), str) or m["role"] not in ROLES:
-            raise DataError(f"role must be one of {', '.join(ROLES)}, got {_short(m.get('role'))}", field=f"{f}.role", **where, fix="use a standard chat role")
-        if "content" not in m: raise DataError("message has no 'content'", field=f, **where, fix='add "content": "<text>"')
-        if not isinstance(m["content"], str): raise DataError(f"content must be a string, got {type(m['content']).__name__}", field=f"{f}.content", **where, fix="store the message text as a string")
-        out.append({"role": m["role"], "content": m["content"]})
-    return out
+    if not isinstance(msgs, list):
+        raise DataError(f"expected a list of messages, got {type(msgs).__name__}", field=fld, **where,
+                        fix='write it as [{"role": "user", "content": ...}, {"role": "assistant", "content": ...}]')
+    return [_check_message(m, f"{fld}[{i}]", where) for i, m in enumerate(msgs)]
 
 # %% ../nbs/02_data.ipynb #4e23d738
 def _as_turns(v, role:str, fld:str, where:dict) -> list:
@@ -73,122 +75,74 @@ def _as_turns(v, role:str, fld:str, where:dict) -> list:
 def _alpaca_messages(row:dict, where:dict) -> list:
     "User turn (instruction, then a blank line and the input when there is one) and assistant turn of an Alpaca row."
     for k in ("instruction", "input", "output"):
-        if k in row and not isinstance(row[k], str): raise DataError(f"expected a string, got {type(row[k]).__name__}", field=k, **where, fix=f"store '{k}' as a string")
+        if k in row and not isinstance(row[k], str):
+            raise DataError(f"expected a string, got {type(row[k]).__name__}", field=k, **where,
+                            fix=f"store '{k}' as a string")
     inp = row.get("input") or ""
     return [{"role": "user", "content": row["instruction"] + (f"\n\n{inp}" if inp.strip() else "")},
             {"role": "assistant", "content": row["output"]}]
 
 # %% ../nbs/02_data.ipynb #26576340
+FORMATS_HELP = ('one of {"messages": [{"role": "user", "content": ...}, {"role": "assistant", "content": ...}]}, '
+                '{"prompt": ..., "completion": ...} or {"instruction": ..., "input": ..., "output": ...}')
+
 def row_to_messages(row, where:dict) -> list:
     "The chat `messages` of one raw row in any of the three accepted formats (validated)."
-    if not isinstance(row, dict): raise DataError(f"expected a JSON object, got {type(row).__name__}", **where, fix=f"write each row as {FORMATS_HELP}")
+    if not isinstance(row, dict):
+        raise DataError(f"expected a JSON object, got {type(row).__name__}", **where,
+                        fix=f"write each row as {FORMATS_HELP}")
     if "messages" in row: msgs = _check_messages(row["messages"], where)
     elif "prompt" in row and "completion" in row:
-        msgs = _as_turns(row["prompt"], "user", "prompt", where) + _as_turns(row["completion"], "assistant", "completion", where)
+        msgs = (_as_turns(row["prompt"], "user", "prompt", where)
+                + _as_turns(row["completion"], "assistant", "completion", where))
     elif "instruction" in row and "output" in row: msgs = _alpaca_messages(row, where)
     else:
         keys = ", ".join(str(k)[:30] for k in list(row)[:8]) + (f" and {len(row) - 8} more" if len(row) > 8 else "")
         raise DataError(f"unknown row format (keys: {keys or 'none'})", **where, fix=f"write the row as {FORMATS_HELP}")
     if not any(m["role"] == "assistant" for m in msgs):
-        raise DataError("row has no assistant turn", field="messages", **where, fix='add {"role": "assistant", "content": "<the answer to train on>"}')
+        raise DataError("row has no assistant turn", field="messages", **where,
+                        fix='add {"role": "assistant", "content": "<the answer to train on>"}')
     return msgs
-
-# %% ../nbs/02_data.ipynb #8b9793ef
-def utf8_fix(path, encoding:str="cp1252") -> str:
-    "How to re-save `path` (believed to be in `encoding`) as UTF-8."
-    p = Path(path)
-    return f"re-save the file as UTF-8, e.g. `iconv -f {encoding} -t utf-8 {p.name} > {p.stem}.utf8{p.suffix}` (or 'Save as: UTF-8' in your editor)"
-
-def decode_line(raw:bytes, path, line:int) -> str:
-    "Line `line` (1-based) of a text file as str: UTF-8 with an optional BOM on line 1; anything else is a DataError naming the line."
-    if line == 1 and raw.startswith(b"\xef\xbb\xbf"): raw = raw[3:]
-    if b"\x00" in raw or (line == 1 and raw[:2] in (b"\xff\xfe", b"\xfe\xff")):
-        raise DataError("the file is not UTF-8: it holds NUL bytes or a UTF-16 byte-order mark (UTF-16 or UTF-32 text, or a binary file)",
-                        path=str(path), line=line, fix=utf8_fix(path, "utf-16"))
-    try: return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        col = len(raw[:e.start].decode("utf-8", "replace")) + 1
-        raise DataError(f"the file is not UTF-8: byte 0x{raw[e.start]:02x} at column {col} is not valid UTF-8 (a latin-1 or cp1252 export?)",
-                        path=str(path), line=line, fix=utf8_fix(path)) from None
-
-# %% ../nbs/02_data.ipynb #1e33cb44
-MAX_DEPTH = 100
-
-def _unusable(obj) -> tuple[str, str, str]|None:
-    "(field, problem, fix) for the first lone surrogate or too-deep nesting in a parsed row; None when it is fine."
-    stack = [(obj, "", 0)]
-    while stack:
-        o, path, depth = stack.pop()
-        if depth > MAX_DEPTH: return path, f"nested more than {MAX_DEPTH} levels deep", "flatten the row: a row is an object of strings and message lists"
-        if isinstance(o, str):
-            try: o.encode("utf-8")
-            except UnicodeEncodeError as e:
-                return path, f"a lone surrogate {o[e.start]!r} at character {e.start + 1} is not text", "fix the \\uD800-\\uDFFF escape: it must be half of a surrogate pair, or be removed"
-        elif isinstance(o, dict):
-            for k, v in reversed(list(o.items())):
-                stack += [(v, f"{path}.{k}" if path else str(k), depth + 1), (k, path or "<key>", depth + 1)]
-        elif isinstance(o, list): stack += [(v, f"{path}[{i}]", depth + 1) for i, v in reversed(list(enumerate(o)))]
-    return None
-
-# %% ../nbs/02_data.ipynb #7054128c
-_RISKY = re.compile(rb"\\u[dD][89a-fA-F]")     # a surrogate escape somewhere in the raw line
-
-def _parse_line(text:str, raw:bytes, path, n:int):
-    w = dict(path=str(path), line=n)
-    fix = "each line must hold exactly one complete JSON object"
-    try: obj = json.loads(text)
-    except json.JSONDecodeError as e: raise DataError(f"invalid JSON: {e.msg} (column {e.colno})", **w, fix=fix) from None
-    except RecursionError: raise DataError("invalid JSON: nested too deeply to parse", **w, fix=fix) from None
-    except ValueError as e: raise DataError(f"invalid JSON: {e}", **w, fix=fix) from None      # e.g. an integer of 5,000 digits
-    if _RISKY.search(raw) or raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
-        if bad := _unusable(obj): raise DataError(bad[1], field=bad[0] or None, **w, fix=bad[2])
-    return obj
-
-def _bar(desc:str, progress:bool, total=None, unit:str="it", **kw):
-    "A tqdm progress bar on stderr, shown only when `progress` and after the first second (a no-op object otherwise)."
-    from tqdm.auto import tqdm
-    return tqdm(total=total, desc=desc, unit=unit, disable=not progress, delay=1, file=sys.stderr, dynamic_ncols=True, **kw)
-
-def _iter_jsonl(path:Path, progress:bool=False) -> Iterator[tuple[int, Any]]:
-    "(line number, parsed row) of every non-blank line, read and decoded one line at a time."
-    if path.is_dir(): raise GradianError(f"expected a JSONL file, got the folder {path}", fix="pass the .jsonl file itself")
-    if not path.is_file(): raise GradianError(f"data file not found: {path}", fix="check the path")
-    with open(path, "rb") as f, _bar(f"reading {path.name}", progress, path.stat().st_size, "B", unit_scale=True) as bar:
-        for n, raw in enumerate(f, 1):
-            bar.update(len(raw))
-            text = decode_line(raw, path, n)
-            if text.strip(): yield n, _parse_line(text, raw, path, n)
 
 # %% ../nbs/02_data.ipynb #bd617491
 def _dataset_folder(p:Path):
     "A HF datasets folder (save_to_disk) as a Dataset or DatasetDict."
     try: import datasets
-    except ImportError: raise GradianError(f"{p} is a folder: reading a HF datasets folder needs the `datasets` package", fix="pip install datasets, or pass a JSONL file") from None
+    except ImportError:
+        raise GradianError(f"{p} is a folder: reading a HF datasets folder needs the `datasets` package",
+                           fix="pip install datasets, or pass a JSONL file") from None
     try: return datasets.load_from_disk(str(p))
     except Exception as e:
         raise GradianError(f"{p} is a folder but not a HF datasets folder ({type(e).__name__}: {str(e)[:200]})",
-                           fix="pass a JSONL file, or a folder written by Dataset.save_to_disk / DatasetDict.save_to_disk") from None
+                           fix="pass a JSONL file, or a folder written by Dataset.save_to_disk / "
+                               "DatasetDict.save_to_disk") from None
 
+# %% ../nbs/02_data.ipynb #9e82884a
+def _pick_split(source:dict, split, label:str):
+    "(the rows of split `split` of a dict of splits, the split's name)."
+    names = list(source.keys())
+    if split is None: split = "train" if "train" in names else (names[0] if len(names) == 1 else None)
+    if split not in names: raise GradianError(f"{label} has splits {names}; which one?",
+                                              fix="pass split=<name> (on the command line: data.split=<name>)")
+    return source[split], split
+
+# %% ../nbs/02_data.ipynb #7e22c144
 def _rows(source, split=None, progress:bool=False):
-    "Yield (position, row, where, source label) from a JSONL path, a datasets folder, split or dict, or a list of dicts."
+    "Yield (position, row, where, label) from a JSONL path, a datasets folder, split or dict, or a list of dicts."
     label = "dataset"
     if isinstance(source, (str, Path)):
         p = Path(source)
         if not p.is_dir():
-            for n, row in _iter_jsonl(p, progress): yield n, row, dict(path=str(p), line=n), str(p)
+            for n, row in iter_jsonl(p, progress): yield n, row, dict(path=str(p), line=n), str(p)
             return
         source, label = _dataset_folder(p), str(p)
-    if isinstance(source, dict):  # a DatasetDict (a dict of splits)
-        names = list(source.keys())
-        if split is None: split = "train" if "train" in names else (names[0] if len(names) == 1 else None)
-        if split not in names: raise GradianError(f"{label} has splits {names}; which one?", fix="pass split=<name> (on the command line: data.split=<name>)")
-        source = source[split]
-    label = f"{label}[{split}]" if split else label
-    plain = isinstance(source, (list, tuple))
-    for i, row in enumerate(_bar(f"reading {label}", progress, len(source) if hasattr(source, "__len__") else None, " rows", iterable=source)):
-        if isinstance(row, dict): row = {k: v for k, v in row.items() if v is not None}  # arrow fills absent columns with None
+    if isinstance(source, dict): source, split = _pick_split(source, split, label)   # a DatasetDict (a dict of splits)
+    label, plain = (f"{label}[{split}]" if split else label), isinstance(source, (list, tuple))
+    n = len(source) if hasattr(source, "__len__") else None
+    for i, row in enumerate(progress_bar(f"reading {label}", progress, n, " rows", iterable=source)):
+        if isinstance(row, dict): row = {k: v for k, v in row.items() if v is not None}   # arrow: None = absent
         where = dict(path=f"{label} row {i}", line=None)
-        if plain and (bad := _unusable(row)):
+        if plain and (bad := find_unusable(row)):
             e = DataError(bad[1], field=bad[0] or None, path=where["path"], fix=bad[2]); e.line = i; raise e
         yield i, row, where, label
 
@@ -205,18 +159,20 @@ def _row_id(row:dict, pos, where:dict) -> str:
     v = row.get("id")
     if v is None: return f"row-{pos}"
     if isinstance(v, bool) or not isinstance(v, (str, int)) or (isinstance(v, str) and not v.strip()):
-        raise DataError(f"id must be a non-empty string or an integer, got {_short(v)} ({type(v).__name__})", field="id", **where, fix=ID_FIX)
+        raise DataError(f"id must be a non-empty string or an integer, got {_short(v)} ({type(v).__name__})",
+                        field="id", **where, fix=ID_FIX)
     return str(v)
 
 # %% ../nbs/02_data.ipynb #56f29565
 def iter_train(source, split:str|None=None, progress:bool=False) -> Iterator[Example]:
-    "Validated `Example`s one at a time from a JSONL path, a HF datasets folder, split or DatasetDict, or a list of dicts."
+    "Validated `Example`s, one at a time, from any source `load_train` accepts."
     seen = {}
     for pos, row, where, src in _rows(source, split, progress):
         try:
-            msgs = row_to_messages(row, where)
-            meta = row.get("meta", {}) or {}
-            if not isinstance(meta, dict): raise DataError(f"expected an object, got {type(meta).__name__}", field="meta", **where, fix='write meta as {"key": value, ...}')
+            msgs, meta = row_to_messages(row, where), row.get("meta", {}) or {}
+            if not isinstance(meta, dict):
+                raise DataError(f"expected an object, got {type(meta).__name__}", field="meta", **where,
+                                fix='write meta as {"key": value, ...}')
             rid = _row_id(row, pos, where)
         except DataError as e: raise _located(e, pos) from None
         if rid in seen:
@@ -225,12 +181,14 @@ def iter_train(source, split:str|None=None, progress:bool=False) -> Iterator[Exa
         seen[rid] = f"line {pos}" if where["line"] is not None else f"row {pos}"
         yield Example(rid, msgs, meta=meta, source_path=src, source_line=pos)
 
+# %% ../nbs/02_data.ipynb #0000c859
 def load_train(source, split:str|None=None, progress:bool=False, allow_empty:bool=False) -> list[Example]:
-    "Load training rows (JSONL path, HF datasets folder or split, or list of dicts) as validated `Example`s; no rows is an error unless `allow_empty`."
-    out = list(iter_train(source, split, progress))
+    "Training rows (JSONL path, HF datasets folder or split, or list of dicts) as validated `Example`s."
+    out = list(iter_train(source, split, progress))     # no rows is an error unless `allow_empty`
     if not out and not allow_empty:
         path = str(source) if isinstance(source, (str, Path)) else None
-        what = ("the folder's split is empty" if Path(path).is_dir() else "the file is empty or holds only blank lines") if path else "no rows were given"
+        what = ("the folder's split is empty" if Path(path).is_dir() else "the file is empty or holds only blank lines"
+                ) if path else "no rows were given"
         raise DataError(f"no training rows: {what}", path=path, fix=f"give at least one row, each {FORMATS_HELP}")
     return out
 
@@ -249,14 +207,18 @@ class EvalItem:
     source_line: int|None = None
 
 # %% ../nbs/02_data.ipynb #9f59b257
-def _answer_ok(a) -> bool: return isinstance(a, str) or (isinstance(a, int) and not isinstance(a, bool)) or (isinstance(a, float) and math.isfinite(a))
+def _answer_ok(a) -> bool:
+    return (isinstance(a, str) or (isinstance(a, int) and not isinstance(a, bool))
+            or (isinstance(a, float) and math.isfinite(a)))
 
+# %% ../nbs/02_data.ipynb #638b2400
 def _eval_answers(row:dict, w:dict) -> list:
-    "The accepted answers of an eval row, from `answers` (a non-empty list) or a single `answer`: strings or finite numbers."
-    if "answers" in row:
+    "The accepted answers of an eval row, from `answers` (a non-empty list) or a single `answer`."
+    if "answers" in row:                   # strings or finite numbers, either way
         ans = row["answers"]
         if not isinstance(ans, list) or not ans or not all(_answer_ok(a) for a in ans):
-            raise DataError("expected a non-empty list of strings", field="answers", **w, fix='write "answers": ["<answer>", ...]')
+            raise DataError("expected a non-empty list of strings", field="answers", **w,
+                            fix='write "answers": ["<answer>", ...]')
         return ans
     if "answer" in row and _answer_ok(row["answer"]): return [row["answer"]]
     raise DataError("missing answer", field="answer", **w, fix='add "answer": "<reference>" or "answers": [...]')
@@ -264,31 +226,37 @@ def _eval_answers(row:dict, w:dict) -> list:
 # %% ../nbs/02_data.ipynb #382d4793
 def _eval_item(row, n, path, default_metric:str="exact_match") -> EvalItem:
     w = dict(path=str(path), line=n)
-    if not isinstance(row, dict): raise DataError(f"expected a JSON object, got {type(row).__name__}", **w, fix='write each row as {"prompt": ..., "answer": ...}')
+    if not isinstance(row, dict):
+        raise DataError(f"expected a JSON object, got {type(row).__name__}", **w,
+                        fix='write each row as {"prompt": ..., "answer": ...}')
     if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
         raise DataError("missing or empty prompt", field="prompt", **w, fix='add "prompt": "<question>"')
     ans = _eval_answers(row, w)
     metric = row.get("metric") or default_metric
-    if not isinstance(metric, str) or metric not in METRICS: raise DataError(f"unknown metric {_short(metric)}", field="metric", **w, fix=f"use one of {', '.join(METRICS)}")
+    if not isinstance(metric, str) or metric not in METRICS:
+        raise DataError(f"unknown metric {_short(metric)}", field="metric", **w, fix=f"use one of {', '.join(METRICS)}")
     cap = row.get("capability")
     if cap is not None and (not isinstance(cap, str) or not cap.strip()):
-        raise DataError(f"capability must be a non-empty string, got {_short(cap)}", field="capability", **w, fix='write "capability": "<name>", or leave it out for "default"')
+        raise DataError(f"capability must be a non-empty string, got {_short(cap)}", field="capability", **w,
+                        fix='write "capability": "<name>", or leave it out for "default"')
     return EvalItem(_row_id(row, n, w), row["prompt"], [str(a) for a in ans], cap or "default", metric, str(path), n)
 
 # %% ../nbs/02_data.ipynb #08a96b4a
 def load_eval(path, default_metric:str|None=None, progress:bool=False) -> list[EvalItem]:
     "Load eval items from a JSONL file, validating every row; rows without a metric get `default_metric` (exact_match)."
     out, seen = [], {}
-    for n, row in _iter_jsonl(Path(path), progress):
+    for n, row in iter_jsonl(path, progress):
         it = _eval_item(row, n, path, default_metric or "exact_match")
-        if it.id in seen: raise DataError(f"duplicate id {_short(it.id)} (first used at line {seen[it.id]})", path=str(path), line=n, field="id", fix="give every item a unique id")
+        if it.id in seen:
+            raise DataError(f"duplicate id {_short(it.id)} (first used at line {seen[it.id]})", path=str(path), line=n,
+                            field="id", fix="give every item a unique id")
         seen[it.id] = n; out.append(it)
-    if not out: raise DataError("no eval items: the file is empty or holds only blank lines", path=str(path), fix='write one JSON row per line: {"prompt": ..., "answer": ...}')
+    if not out:
+        raise DataError("no eval items: the file is empty or holds only blank lines", path=str(path),
+                        fix='write one JSON row per line: {"prompt": ..., "answer": ...}')
     return out
 
 # %% ../nbs/02_data.ipynb #85c0c0db
-END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "</s>", "<|end_of_text|>")
-
 @dataclass
 class TokenizedExample:
     "Token ids of one example with its supervision mask and truncation facts."
@@ -306,6 +274,8 @@ class TokenizedExample:
     supervised_end_full: int = 0   # 1 + index of the last supervised token in the untruncated sequence
 
 # %% ../nbs/02_data.ipynb #8acac6b0
+END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "</s>", "<|end_of_text|>")
+
 def _end_markers(tok) -> list[str]:
     special = set(getattr(tok, "all_special_tokens", []) or []) | set(tok.get_added_vocab())
     ms = [t for t in END_OF_TURN if t in special]
@@ -317,25 +287,33 @@ def _render(tok, msgs, gen=False, eid=None) -> str:
     try: return tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
     except Exception as e:
         raise GradianError(f"example {eid!r}: the chat template cannot render this conversation: {e}",
-                           fix="check the order of roles the template expects (many require user/assistant alternation)") from None
+                           fix="check the order of roles the template expects "
+                               "(many require user/assistant alternation)") from None
 
-# %% ../nbs/02_data.ipynb #6839da40
-def _answer_span(tok, msgs:list, i:int, full:str, markers:list, eid) -> tuple[int, int]:
-    "Character range (start, end) of assistant turn `i` in the rendered conversation `full`, end-of-turn marker included."
-    if i == 0: raise GradianError(f"example {eid!r}: the conversation starts with an assistant turn, which has no prompt to locate it after",
-                                  fix="start the conversation with a system or user message")
-    prefix, upto = _render(tok, msgs[:i], gen=True, eid=eid), _render(tok, msgs[:i+1], eid=eid)
-    if not upto.startswith(prefix) or not full.startswith(upto[:len(prefix)]):
-        raise GradianError(f"example {eid!r}: unsupported chat template: the prompt rendered with add_generation_prompt=True "
-                           f"is not a prefix of the conversation for assistant turn {i}, so the answer tokens cannot be located",
-                           fix="use a template whose rendering of a conversation extends the rendering of its prompt")
-    a, content = len(prefix), msgs[i]["content"]
+# %% ../nbs/02_data.ipynb #00b4cf1d
+def _answer_end(upto:str, a:int, content:str, markers:list) -> int:
+    "Where the answer that starts at `a` in `upto` ends: just past the first end marker after its content."
     c = upto.find(content, a) if content else a
     after = a if c < 0 else c + len(content)
     hits = [(p, len(t)) for t in markers if (p := upto.find(t, after)) >= 0]
-    b = min(hits)[0] + min(hits)[1] if hits else len(upto.rstrip())
+    return min(hits)[0] + min(hits)[1] if hits else len(upto.rstrip())
+
+# %% ../nbs/02_data.ipynb #6839da40
+def _answer_span(tok, msgs:list, i:int, full:str, markers:list, eid) -> tuple[int, int]:
+    "(start, end) characters of assistant turn `i` in the rendered conversation `full`, end-of-turn marker included."
+    if i == 0:
+        raise GradianError(f"example {eid!r}: the conversation starts with an assistant turn, which has no prompt to "
+                           "locate it after", fix="start the conversation with a system or user message")
+    prefix, upto = _render(tok, msgs[:i], gen=True, eid=eid), _render(tok, msgs[:i+1], eid=eid)
+    if not upto.startswith(prefix) or not full.startswith(upto[:len(prefix)]):
+        raise GradianError(f"example {eid!r}: unsupported chat template: the prompt rendered with "
+                           f"add_generation_prompt=True is not a prefix of the conversation for assistant turn {i}, "
+                           "so the answer tokens cannot be located",
+                           fix="use a template whose rendering of a conversation extends the rendering of its prompt")
+    a = len(prefix); b = _answer_end(upto, a, msgs[i]["content"], markers)
     if not full.startswith(upto[:b]):
-        raise GradianError(f"example {eid!r}: unsupported chat template: assistant turn {i} renders differently inside the full conversation",
+        raise GradianError(f"example {eid!r}: unsupported chat template: assistant turn {i} renders differently "
+                           "inside the full conversation",
                            fix="use a template that renders earlier turns the same way in longer conversations")
     return a, b
 
@@ -344,7 +322,8 @@ def assistant_segments(example:Example, tok) -> tuple[str, list[tuple[int, int]]
     "The rendered conversation and the (start, end) character ranges of its assistant answers."
     msgs, eid = example.messages, example.id
     full, markers = _render(tok, msgs, eid=eid), _end_markers(tok)
-    return full, [_answer_span(tok, msgs, i, full, markers, eid) for i, m in enumerate(msgs) if m["role"] == "assistant"]
+    return full, [_answer_span(tok, msgs, i, full, markers, eid) for i, m in enumerate(msgs)
+                  if m["role"] == "assistant"]
 
 # %% ../nbs/02_data.ipynb #fdb29fd2
 def _leading(ids, tok_id) -> int:
@@ -356,7 +335,8 @@ def _leading(ids, tok_id) -> int:
 def _encode(tok, text:str, add_special:bool):
     try: enc = tok(text, add_special_tokens=add_special, return_offsets_mapping=True)
     except NotImplementedError:
-        raise GradianError(f"{type(tok).__name__} cannot return character offsets, which the supervision mask needs", fix="load the fast tokenizer (use_fast=True)") from None
+        raise GradianError(f"{type(tok).__name__} cannot return character offsets, which the supervision mask needs",
+                           fix="load the fast tokenizer (use_fast=True)") from None
     return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
 
 # %% ../nbs/02_data.ipynb #3147a821
@@ -368,7 +348,7 @@ def tokenize_example(example:Example, tokenizer, max_seq_length:int|None=None) -
     bos = tok.bos_token
     starts_with_bos = bool(bos) and text.startswith(bos)
     ids, offs = _encode(tok, text, add_special=not starts_with_bos)
-    n_bos_default = _leading(tok(text)["input_ids"], tok.bos_token_id) if starts_with_bos else _leading(ids, tok.bos_token_id)
+    n_bos_default = _leading(tok(text)["input_ids"] if starts_with_bos else ids, tok.bos_token_id)
     if segs is None: sup = [True] * len(ids)
     else: sup = [any(s < b and e > a for a, b in segs) for s, e in offs]
     n_full, n_sup_full = len(ids), sum(sup)
@@ -379,30 +359,12 @@ def tokenize_example(example:Example, tokenizer, max_seq_length:int|None=None) -
                             has_tpl, _leading(ids_t, tok.bos_token_id), n_bos_default, sup_end)
 
 # %% ../nbs/02_data.ipynb #e934e505
-def tokenize_examples(examples:Iterable[Example], tokenizer, max_seq_length:int|None=None, progress:bool=False) -> list[TokenizedExample]:
+def tokenize_examples(examples:Iterable[Example], tokenizer, max_seq_length:int|None=None,
+                      progress:bool=False) -> list[TokenizedExample]:
     "`tokenize_example` over a dataset (with a progress bar on stderr when `progress`)."
     n = len(examples) if hasattr(examples, "__len__") else None
-    return [tokenize_example(e, tokenizer, max_seq_length) for e in _bar("tokenizing", progress, n, " ex", iterable=examples)]
-
-# %% ../nbs/02_data.ipynb #ee6e9c0f
-def span_token_masks(example:Example, tokenizer, spans:Sequence[tuple[int, int]], turn:int=-1,
-                     max_seq_length:int|None=None) -> tuple[TokenizedExample, list[list[bool]]]:
-    "The tokenized example and, per (start, end) character range of assistant message `turn`'s content, its supervised-token mask."
-    te = tokenize_example(example, tokenizer, max_seq_length)
-    if not getattr(tokenizer, "chat_template", None): raise GradianError("span masks need a chat template to locate the answer", fix="use a model with a chat template")
-    text, segs = assistant_segments(example, tokenizer)
-    turns = [m for m in example.messages if m["role"] == "assistant"]
-    content, (a, _) = turns[turn]["content"], segs[turn]
-    c = text.find(content, a) if content else a
-    bos = tokenizer.bos_token
-    _, offs = _encode(tokenizer, text, add_special=not (bool(bos) and text.startswith(bos)))
-    offs = offs[:len(te.input_ids)]
-    masks = []
-    for s0, s1 in spans:
-        if not 0 <= s0 <= s1 <= len(content): raise GradianError(f"span ({s0}, {s1}) lies outside the answer of {example.id!r} ({len(content)} characters)")
-        lo, hi = c + s0, c + s1
-        masks.append([bool(sup) and e > lo and s < hi for (s, e), sup in zip(offs, te.supervised)])
-    return te, masks
+    return [tokenize_example(e, tokenizer, max_seq_length)
+            for e in progress_bar("tokenizing", progress, n, " ex", iterable=examples)]
 
 # %% ../nbs/02_data.ipynb #4ddd549d
 def _q(xs, q): return int(np.ceil(np.percentile(xs, q))) if len(xs) else 0
@@ -411,11 +373,12 @@ def _q(xs, q): return int(np.ceil(np.percentile(xs, q))) if len(xs) else 0
 def length_facts(tokenized:list[TokenizedExample], max_seq_length:int|None=None) -> dict:
     "Length distribution (max/median/p95/p99) and truncation counts of tokenized examples."
     full = [t.n_tokens_full for t in tokenized]; sup = [t.n_supervised_full for t in tokenized]
-    if max_seq_length is None: tr = [t.id for t in tokenized if t.truncated]; ct = [t.id for t in tokenized if t.completion_truncated]
+    if max_seq_length is None:
+        tr = [t.id for t in tokenized if t.truncated]; ct = [t.id for t in tokenized if t.completion_truncated]
     else:
         tr = [t.id for t in tokenized if t.n_tokens_full > max_seq_length]
         ct = [t.id for t in tokenized if t.supervised_end_full > max_seq_length]
-    return dict(n=len(tokenized), max_seq_length=max_seq_length,
-                max_tokens=max(full, default=0), median_tokens=_q(full, 50), p95_tokens=_q(full, 95), p99_tokens=_q(full, 99),
+    return dict(n=len(tokenized), max_seq_length=max_seq_length, max_tokens=max(full, default=0),
+                median_tokens=_q(full, 50), p95_tokens=_q(full, 95), p99_tokens=_q(full, 99),
                 max_supervised=max(sup, default=0), median_supervised=_q(sup, 50), p95_supervised=_q(sup, 95),
                 n_truncated=len(tr), n_completion_truncated=len(ct), truncated_ids=tr, completion_truncated_ids=ct)

@@ -1,4 +1,4 @@
-"""Seeded Johnson–Lindenstrauss maps from each LoRA block's gradient to k numbers, with memory that does not grow with the block.
+"""Seeded Johnson–Lindenstrauss maps from each LoRA block's gradient to k numbers, in memory independent of its size.
 
 Docs: https://gradian-dev.github.io/gradian/projection.html.md"""
 
@@ -47,10 +47,12 @@ class Projector:
         if k < 1: raise GradianError(f"projection dimension must be at least 1, got {k}")
         self.d, self.k, self.seed, self.name = d, k, seed, name
         self.k_out = min(d, k)
-    def spec(self) -> dict: return dict(kind=self.kind if self.d > self.k else "identity", d=self.d, k_out=self.k_out, seed=self.seed)
+    def spec(self) -> dict:
+        return dict(kind=self.kind if self.d > self.k else "identity", d=self.d, k_out=self.k_out, seed=self.seed)
     def __call__(self, g:torch.Tensor, out:torch.Tensor|None=None) -> torch.Tensor:
         "Project the rows of `g` (n, d) to (n, k_out); with `out` (a view is fine) the result is written there."
-        if g.shape[-1] != self.d: raise GradianError(f"projector for {self.name or 'a block'} expects {self.d} inputs, got {g.shape[-1]}")
+        if g.shape[-1] != self.d:
+            raise GradianError(f"projector for {self.name or 'a block'} expects {self.d} inputs, got {g.shape[-1]}")
         if self.d <= self.k: return g if out is None else out.copy_(g)
         return self._project(g, out)
     def _project(self, g, out=None): raise NotImplementedError
@@ -71,7 +73,8 @@ class SparseJL(Projector):
 # %% ../nbs/12_projection.ipynb #4e0b7093
 @patch
 def _positions(self:SparseJL, lo:int, hi:int, j:int, device) -> torch.Tensor:
-    "Where input coordinates [lo, hi) land in segment j: position, plus k when the sign is negative (computed, never cached)."
+    """Where input coordinates [lo, hi) land in segment j: position, plus k when the sign is negative
+    (computed, never cached)."""
     i = torch.arange(lo, hi, dtype=torch.int64, device=device)
     h = _mix32((i * 0x9E3779B1 + _key(self.seed, self.name, j)) & _M32)
     neg = (_mix32(h ^ 0x5BD1E995) >> 7) & 1
@@ -89,7 +92,8 @@ def _table(self:SparseJL, lo:int, hi:int, j:int, device):
 # %% ../nbs/12_projection.ipynb #2586e321
 @patch
 def _project(self:SparseJL, g, out=None):
-    buf, dev = torch.zeros(g.shape[0], 2 * self.k, dtype=torch.float32, device=g.device), str(g.device)   # [positive half | negative half]
+    # [positive half | negative half]
+    buf, dev = torch.zeros(g.shape[0], 2 * self.k, dtype=torch.float32, device=g.device), str(g.device)
     ordered = g.is_cuda if self.ordered is None else self.ordered
     for lo in range(0, self.d, self.chunk):
         hi = min(lo + self.chunk, self.d); gc = g[:, lo:hi].float()
@@ -102,8 +106,8 @@ def _project(self:SparseJL, g, out=None):
 # %% ../nbs/12_projection.ipynb #7554d96d
 @patch
 def _groups(self:SparseJL, lo:int, hi:int, j:int, device) -> torch.Tensor:
-    """(depth, 2k): column p lists, in ascending order, the coordinates of [lo, hi) (relative to lo) that land on output p
-    of segment j, padded with `hi - lo` (a zero column); cached like `_table`."""
+    """(depth, 2k): column p lists, in ascending order, the coordinates of [lo, hi) (relative to lo) that
+    land on output p of segment j, padded with `hi - lo` (a zero column); cached like `_table`."""
     key = ("groups", lo, j, str(device))
     if key in self._tables: return self._tables[key]
     t, K = self._positions(lo, hi, j, device), 2 * self.k
@@ -155,7 +159,8 @@ def _project(self:_DenseJL, g, out=None):
 class RademacherJL(_DenseJL):
     "Dense ±1/sqrt(k) map, drawn in chunks of rows."
     kind = "rademacher"
-    def _draw(self, gen, rows): return (torch.randint(0, 2, (rows, self.k), generator=gen).float() * 2 - 1) / math.sqrt(self.k)
+    def _draw(self, gen, rows):
+        return (torch.randint(0, 2, (rows, self.k), generator=gen).float() * 2 - 1) / math.sqrt(self.k)
 
 # %% ../nbs/12_projection.ipynb #f57b462c
 @register_projector
@@ -167,7 +172,8 @@ class GaussianJL(_DenseJL):
 # %% ../nbs/12_projection.ipynb #d56197d2
 def make_projector(kind:str, d:int, k:int, seed:int=0, name:str="", **kw) -> Projector:
     "A registered projector for a block of `d` entries; identity when `d <= k`."
-    if kind not in PROJECTORS: raise GradianError(f"unknown projection kind {kind!r}", fix=f"use one of {', '.join(PROJECTORS)}")
+    if kind not in PROJECTORS:
+        raise GradianError(f"unknown projection kind {kind!r}", fix=f"use one of {', '.join(PROJECTORS)}")
     return PROJECTORS[kind](d, k, seed, name, **kw)
 
 # %% ../nbs/12_projection.ipynb #a3960e39

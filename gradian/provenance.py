@@ -1,4 +1,4 @@
-"""Content fingerprints of a model, its adapter, its tokenizer and a data set, library versions, and the comparison that refuses to mix results built under different settings.
+"""Content fingerprints of a model, its adapter, its tokenizer and a data set, and the refusal to mix settings.
 
 Docs: https://gradian-dev.github.io/gradian/provenance.html.md"""
 
@@ -18,19 +18,20 @@ from .core import GradianError, stable_hash
 __all__ = ['FINGERPRINT_RULE', 'tensors_fingerprint', 'model_fingerprint', 'adapter_fingerprint', 'tokenizer_fingerprint',
            'template_fingerprint', 'data_fingerprint', 'manifest_diff', 'require_same']
 
-# %% ../nbs/01_provenance.ipynb #3253fc6b
-FINGERPRINT_RULE = "tensor-sha256/v1: whole tensors up to 2^22 entries, else strided sample of ~2^20 plus first/last 4096"
+# %% ../nbs/01_provenance.ipynb #ebd94f01
+FINGERPRINT_RULE = ("tensor-sha256/v1: whole tensors up to 2^22 entries, "
+                    "else strided sample of ~2^20 plus first/last 4096")
 _WHOLE, _SAMPLE, _EDGE = 1 << 22, 1 << 20, 4096
 
 def _tensor_bytes(t:torch.Tensor) -> bytes:
-    t = t.detach()
-    flat = t.reshape(-1)
+    flat = t.detach().reshape(-1)
     if flat.numel() > _WHOLE:
         step = flat.numel() // _SAMPLE
         flat = torch.cat([flat[:_EDGE], flat[::step], flat[-_EDGE:]])
     if flat.dtype == torch.bfloat16: flat = flat.view(torch.int16)
     return flat.cpu().contiguous().numpy().tobytes()
 
+# %% ../nbs/01_provenance.ipynb #25934758
 def tensors_fingerprint(named:Iterable[tuple[str, torch.Tensor]], n:int=16) -> str:
     "Hex fingerprint of (name, tensor) pairs: names, shapes, dtypes and (sampled) values."
     h = hashlib.sha256()
@@ -38,7 +39,7 @@ def tensors_fingerprint(named:Iterable[tuple[str, torch.Tensor]], n:int=16) -> s
         h.update(f"{name}|{tuple(t.shape)}|{t.dtype}|".encode()); h.update(_tensor_bytes(t))
     return h.hexdigest()[:n]
 
-# %% ../nbs/01_provenance.ipynb #47d0d310
+# %% ../nbs/01_provenance.ipynb #db4c5b1f
 def _is_lora(name:str) -> bool: return ".lora_" in name or "lora_magnitude" in name
 
 def _base_name(name:str) -> str:
@@ -46,36 +47,41 @@ def _base_name(name:str) -> str:
     if name.startswith("base_model.model."): name = name[len("base_model.model."):]
     return name.replace(".base_layer.", ".")
 
+# %% ../nbs/01_provenance.ipynb #1f6670bb
 def model_fingerprint(model) -> str:
     "Fingerprint of the base weights (LoRA weights excluded), identical with or without an adapter attached."
     return tensors_fingerprint((_base_name(n), p) for n, p in model.named_parameters() if not _is_lora(n))
 
+# %% ../nbs/01_provenance.ipynb #ed0bb137
 def adapter_fingerprint(model) -> str|None:
-    "Fingerprint of the LoRA weights and the adapter settings that shape them (r, alpha, targets); None without adapter."
+    "Fingerprint of the LoRA weights and the settings that shape them (r, alpha, targets); None without adapter."
     lora = [(n, p) for n, p in model.named_parameters() if _is_lora(n)]
     if not lora: return None
     cfg = getattr(model, "peft_config", {}) or {}
-    plain = lambda v: sorted(map(str, v)) if isinstance(v, (set, frozenset, list, tuple)) else str(v)   # sets: no process-dependent order
-    settings = {k: {f: plain(getattr(c, f, None)) for f in ("r", "lora_alpha", "target_modules", "use_rslora", "use_dora")} for k, c in cfg.items()}
+    plain = lambda v: sorted(map(str, v)) if isinstance(v, (set, frozenset, list, tuple)) else str(v)   # sets: no order
+    fields = ("r", "lora_alpha", "target_modules", "use_rslora", "use_dora")
+    settings = {k: {f: plain(getattr(c, f, None)) for f in fields} for k, c in cfg.items()}
     return stable_hash(tensors_fingerprint(lora), settings)
 
-# %% ../nbs/01_provenance.ipynb #174610d5
+# %% ../nbs/01_provenance.ipynb #0638a484
 def tokenizer_fingerprint(tokenizer) -> str:
     "Fingerprint of the tokenizer's vocabulary/merges, special tokens, BOS rule and chat template."
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:        # padding/truncation are call-time state that a padded call leaves behind, not the vocabulary
+    if backend is not None:    # padding/truncation: call-time state a padded call leaves behind, not the vocabulary
         body = {k: v for k, v in json.loads(backend.to_str()).items() if k not in ("padding", "truncation")}
     else: body = sorted(tokenizer.get_vocab().items())
-    special = {k: str(getattr(tokenizer, k, None)) for k in ("bos_token", "eos_token", "pad_token", "add_bos_token", "padding_side")}
-    return stable_hash(body, special, tokenizer.chat_template or "")
+    names = ("bos_token", "eos_token", "pad_token", "add_bos_token", "padding_side")
+    return stable_hash(body, {k: str(getattr(tokenizer, k, None)) for k in names}, tokenizer.chat_template or "")
 
+# %% ../nbs/01_provenance.ipynb #cfe86be4
 def template_fingerprint(tokenizer) -> str: return stable_hash(tokenizer.chat_template or "")
 
+# %% ../nbs/01_provenance.ipynb #86467216
 def data_fingerprint(examples) -> str:
     "Fingerprint of a list of `Example`s (ids, messages, meta), order included."
     return stable_hash([[e.id, e.messages, e.meta] for e in examples])
 
-# %% ../nbs/01_provenance.ipynb #41ecb802
+# %% ../nbs/01_provenance.ipynb #50310349
 def _get(d:dict, dotted:str):
     for part in dotted.split("."):
         if not isinstance(d, dict) or part not in d: return "<missing>"
@@ -87,6 +93,7 @@ def manifest_diff(a:dict, b:dict, fields:Iterable[str]|None=None) -> list[tuple[
     fields = sorted(set(a) | set(b)) if fields is None else list(fields)
     return [(f, _get(a, f), _get(b, f)) for f in fields if stable_hash(_get(a, f)) != stable_hash(_get(b, f))]
 
+# %% ../nbs/01_provenance.ipynb #4f14be4d
 def _short(v, n=80) -> str:
     s = str(v); return s if len(s) <= n else s[:n - 3] + "..."
 
@@ -95,5 +102,6 @@ def require_same(a:dict, b:dict, fields=None, what:str="index", other:str="query
     diff = manifest_diff(a, b, fields)
     if not diff: return
     lines = "; ".join(f"{f}: {what} has {_short(x)}, {other} has {_short(y)}" for f, x, y in diff)
-    raise GradianError(f"the {what} and the {other} were built under different settings ({', '.join(f for f, _, _ in diff)}): {lines}",
-                       fix=fix or f"rebuild the {what} (or the {other}) with the same model, adapter, tokenizer and index settings")
+    fix = fix or f"rebuild the {what} (or the {other}) with the same model, adapter, tokenizer and index settings"
+    raise GradianError(f"the {what} and the {other} were built under different settings "
+                       f"({', '.join(f for f, _, _ in diff)}): {lines}", fix=fix)

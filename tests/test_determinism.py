@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from gradian.index import GradientIndex, build_index, verify_index
+from gradian.index.build import build_index
+from gradian.index.store import GradientIndex, verify_index
 from gradian.projection import PROJECTORS, SparseJL
 from gradian.testing import assert_same_files
 
@@ -41,7 +42,7 @@ def test_a_fresh_process_builds_the_same_bytes(tiny, tmp_path):
     model, tok, ex = tiny
     build_index(model, tok, ex, tmp_path / "here", **BUILD)
     code = (f"import sys, torch; torch.set_num_threads({torch.get_num_threads()})\n"
-            "from gradian.model.core import load_tokenizer\nfrom gradian.testing import chat_examples, tiny_lora\nfrom gradian.index import build_index\n"
+            "from gradian.model.core import load_tokenizer\nfrom gradian.testing import chat_examples, tiny_lora\nfrom gradian.index.build import build_index\n"
             "tok = load_tokenizer('embedded')\n"
             f"build_index(tiny_lora(tok, seed=1), tok, chat_examples({N}), sys.argv[1], **{BUILD!r})\n")
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "there")], capture_output=True, text=True, timeout=600,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gradian.engines import QueryVectors, make_engine
-from gradian.index import GradientIndex
+from gradian.index.store import GradientIndex
 from gradian.testing import assert_same_files
 
 GRADIAN = str(Path(sys.executable).with_name("gradian"))

@@ -10,7 +10,7 @@ import torch
 
 from gradian.data import Example
 from gradian.engines import ENGINES, QueryVectors, make_engine
-from gradian.index import build_index
+from gradian.index.build import build_index
 from gradian.query.scorer import rank_correlation, score_index
 
 
@@ -53,7 +53,7 @@ def datainf_reference(G, Q, blocks, lambda_scale, layer, normalize):
 @pytest.mark.parametrize("normalize", ["none", "l2"])
 def test_datainf_equals_dense_formula(index, Q, lambda_scale, layer, normalize):
     G = index.grads().astype(np.float64)
-    ours = make_engine("datainf", lambda_scale=lambda_scale, layer=layer, normalize=normalize).fit(index).score(QueryVectors(Q)).scores
+    ours = make_engine("datainf", lambda_scale=lambda_scale, datainf_layer=layer, normalize=normalize).fit(index).score(QueryVectors(Q)).scores
     ref = datainf_reference(G, Q.double().numpy(), index.blocks, lambda_scale, layer, normalize)
     assert np.abs(ours - ref).max() <= 1e-5 * np.abs(ref).max()
 
@@ -94,7 +94,7 @@ def test_datainf_scores_do_not_depend_on_the_workers(index, Q):
 
 def test_datainf_flushing_its_float32_sums_changes_nothing(index, Q, monkeypatch):
     "The chunks' float32 sums move into float64 every FLUSH_CHUNKS chunks: after every chunk or once at the end, the same scores."
-    import gradian.engines as E
+    import gradian.index.stream as E
     once = make_engine("datainf").fit(index).score(QueryVectors(Q)).scores
     monkeypatch.setattr(E, "FLUSH_CHUNKS", 1)
     every = make_engine("datainf").fit(index).score(QueryVectors(Q)).scores
@@ -121,7 +121,7 @@ def test_datainf_per_block_sums_to_total(index, Q):
 
 def test_datainf_large_lambda_approaches_scaled_graddot(index, Q):
     "lambda -> infinity: H^-1 q -> q / lambda_l, so per layer DataInf is graddot divided by that layer's damping."
-    d = make_engine("datainf", lambda_scale=1e6, layer="block").fit(index)
+    d = make_engine("datainf", lambda_scale=1e6, datainf_layer="block").fit(index)
     lam = np.repeat(d.lam, [b["dim"] for b in index.blocks])
     ref = index.grads().astype(np.float64) @ (Q.double().numpy() / lam).T
     assert np.allclose(d.score(QueryVectors(Q)).scores, ref, rtol=1e-4)
@@ -151,7 +151,7 @@ def test_engine_registry_and_errors(index, Q):
     assert set(ENGINES) == {"graddot", "datainf", "repsim", "ekfac"}
     with pytest.raises(Exception, match="not fitted"): make_engine("graddot").score(QueryVectors(Q))
     with pytest.raises(Exception, match="dims"): make_engine("graddot").fit(index).score(QueryVectors(Q[:, :10]))
-    with pytest.raises(Exception, match="lambda_scale must be positive"): make_engine("datainf", lambda_scale=0).fit(index)
+    with pytest.raises(Exception, match="engine.lambda_scale. must be > 0"): make_engine("datainf", lambda_scale=0)
     with pytest.raises(Exception, match="ekfac"): make_engine("ekfac").fit(index)
 
 

@@ -11,7 +11,8 @@ import torch
 
 from gradian.core import GradianError
 from gradian.testing import assert_same_files
-from gradian.index import GradientIndex, build_index, index_problems, verify_index
+from gradian.index.build import build_index
+from gradian.index.store import GradientIndex, index_problems, verify_index
 
 GRADIAN = str(Path(sys.executable).with_name("gradian"))
 N, SHARD = 40, 8
@@ -197,8 +198,8 @@ def _no_litter(out: Path):
 
 def _fail_on(monkeypatch, name: str, after: int, err=errno.ENOSPC):
     "Make os.<name> (or a gradian.core/index write helper) raise `err` from its `after`-th call on."
-    import gradian.core, gradian.index
-    owner = os if hasattr(os, name) else gradian.index
+    import gradian.core, gradian.index.build
+    owner = os if hasattr(os, name) else gradian.index.build
     real, n = getattr(owner, name), [0]
     def f(*a, **kw):
         n[0] += 1

@@ -8,23 +8,23 @@ import pytest
 from gradian.core import GradianError
 from gradian.data import load_eval, load_train
 from gradian.fidelity import datamodel_score, engine_scores, leave_cluster_out, path_points, query_loss
-from gradian.index import build_index
+from gradian.index.build import build_index
 from gradian.model.core import load_model
 from gradian.query.signals import build_query
 from gradian.scenarios import ScenarioSpec, build_scenario
-from gradian.suite import SuiteParams, retrain_without, suite_model
+from gradian.suite import SuiteParams, retrain_without, suite_config, suite_model
 
 
 def _tiny_run(tmp_path, **params):
-    "Suite settings, a small planted scenario written under `tmp_path`, its training file and the suite's tiny model."
-    p = SuiteParams(n_clean=10, projection_dim=None, **params).check()
+    "Suite settings (exact gradients), a small planted scenario written under `tmp_path`, its training file and the suite's tiny model."
+    p = SuiteParams(suite_config(["index.projection_dim=null"]), n_clean=10, **params).check()
     sc = build_scenario(ScenarioSpec("t", p.family, "sentence", p.poison_fraction, decoys=("format",), n_clean=p.n_clean, seed=p.seed))
     tr, ev = sc.write(tmp_path / "data")
     return p, sc, tr, ev, suite_model(p, tmp_path)
 
 
 def test_leave_cluster_out_on_the_tiny_model(tmp_path):
-    p, sc, tr, ev, ref = _tiny_run(tmp_path, n_clusters=3, engines="datainf,graddot")
+    p, sc, tr, ev, ref = _tiny_run(tmp_path, lco_clusters=3, engines="datainf,graddot")
     adapter = retrain_without(p, tr, [], tmp_path / "round1", ref)
     m, tok = load_model(ref, adapter)
     idx = build_index(m, tok, load_train(tr), tmp_path / "index", projection_dim=None)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from gradian.index import GradientIndex, check_query_manifest, query_manifest, make_capture
+from gradian.index.build import check_query_manifest, query_manifest, make_capture
+from gradian.index.store import GradientIndex, manifest_projection
 from gradian.testing import assert_same_files
 
 GRADIAN = str(Path(sys.executable).with_name("gradian"))
@@ -45,7 +46,8 @@ def test_fp16_store_is_half_the_bytes(tiny_dirs, tmp_path):
 
 def test_float16_index_of_an_older_gradian_still_scores_but_is_not_reused(tiny_dirs, tmp_path):
     "Before bfloat16 was the half type, fp16_store wrote float16: such an index opens, verifies and scores, and a build asking for fp16_store rebuilds."
-    from gradian.index import _file_record, _manifest_sha256, index_settings, verify_index
+    from gradian.index.read import index_settings
+    from gradian.index.store import file_record, manifest_sha256, verify_index
     from gradian.engines import QueryVectors, make_engine
     from gradian.core import GradianError
     new, old = tmp_path / "f32", tmp_path / "old"
@@ -53,9 +55,9 @@ def test_float16_index_of_an_older_gradian_still_scores_but_is_not_reused(tiny_d
     m = json.loads((old / "manifest.json").read_text())
     for i in range(m["n_shards"]):                              # what an older gradian's --fp16-store wrote
         p = old / "shards" / f"{i:05d}.grads.npy"; np.save(p, np.load(p).astype(np.float16))
-        m["shards"][f"{i:05d}"]["grads"] = _file_record(p)
+        m["shards"][f"{i:05d}"]["grads"] = file_record(p)
     m["store_dtype"], m["settings"]["index"]["fp16_store"] = "float16", True
-    m["manifest_sha256"] = _manifest_sha256(m); (old / "manifest.json").write_text(json.dumps(m))
+    m["manifest_sha256"] = manifest_sha256(m); (old / "manifest.json").write_text(json.dumps(m))
     o, n = verify_index(old), GradientIndex(new)
     q = QueryVectors(torch.randn(2, n.dim, generator=torch.Generator().manual_seed(0)))
     for eng in ("graddot", "datainf"):
@@ -113,7 +115,7 @@ def test_other_settings_refuse_to_resume_and_name_the_fields(tiny_dirs, tmp_path
     assert r.returncode == 2 and "built with other settings" in r.stderr
     for f in ("projection", "store_dtype", "blocks"): assert f in r.stderr
     assert _index(tiny_dirs, tmp_path / "i", "--projection-dim", 32, "--overwrite").returncode == 0
-    assert GradientIndex(tmp_path / "i").manifest["projection"]["dim"] == 32
+    assert GradientIndex(tmp_path / "i").manifest["projection_dim"] == 32
 
 
 def test_query_from_mismatched_manifest_is_refused(tiny_dirs, tmp_path):
@@ -122,9 +124,28 @@ def test_query_from_mismatched_manifest_is_refused(tiny_dirs, tmp_path):
     idx = GradientIndex(tmp_path / "i")
     model, tok = load_model(tiny_dirs / "model", adapter=tiny_dirs / "adapter")
     cap = make_capture(idx, model, tok)
-    good = query_manifest(model, tok, cap, None, idx.manifest["projection"])
+    good = query_manifest(model, tok, cap, None, manifest_projection(idx.manifest))
     check_query_manifest(idx, good)
-    bad = {**good, "projection": {**good["projection"], "seed": 7}, "adapter": {"fingerprint": "0000"}}
+    bad = {**good, "projection_seed": 7, "adapter": {"fingerprint": "0000"}}
     with pytest.raises(Exception) as e:
         check_query_manifest(idx, bad)
-    assert "adapter.fingerprint" in str(e.value) and "projection" in str(e.value) and "model.fingerprint" not in str(e.value).split("):")[0]
+    assert "adapter.fingerprint" in str(e.value) and "projection_seed" in str(e.value) and "model.fingerprint" not in str(e.value).split("):")[0]
+
+
+def test_an_index_from_before_the_projection_rename_still_reads(tiny_dirs, tmp_path):
+    "Manifests written before the projection fields took the config's names kept them in a `projection` section."
+    import json
+    from gradian.index.store import manifest_sha256
+    from gradian.model.core import load_model
+    _index(tiny_dirs, tmp_path / "i", "--projection-dim", 64, "--projection-seed", 5)
+    m = json.loads((tmp_path / "i" / "manifest.json").read_text())
+    m["projection"] = dict(dim=m.pop("projection_dim"), seed=m.pop("projection_seed"), kind=m.pop("projection_kind"))
+    m["manifest_sha256"] = manifest_sha256(m)
+    (tmp_path / "i" / "manifest.json").write_text(json.dumps(m))
+    old = GradientIndex(tmp_path / "i")
+    assert manifest_projection(old.manifest) == dict(projection_dim=64, projection_seed=5, projection_kind="sjlt")
+    model, tok = load_model(tiny_dirs / "model", adapter=tiny_dirs / "adapter")
+    q = query_manifest(model, tok, make_capture(old, model, tok), None, manifest_projection(old.manifest))
+    check_query_manifest(old, q)                                       # the same projection: accepted
+    with pytest.raises(Exception, match="projection_seed"):
+        check_query_manifest(old, {**q, "projection_seed": 0})

@@ -9,8 +9,9 @@ import torch
 
 from gradian.core import GradianError
 from gradian.testing import assert_same_files
-from gradian.index import (GradientIndex, build_index, describe_index, index_findings, index_problems, verify_index,
-                           _manifest_sha256, _shard_paths)
+from gradian.index.build import build_index
+from gradian.index.read import describe_index, index_findings
+from gradian.index.store import GradientIndex, index_problems, manifest_sha256, shard_paths, verify_index
 
 N, SHARD = 40, 8                       # 5 full shards of 8
 
@@ -44,8 +45,8 @@ def _put(d, m): (d / "manifest.json").write_text(json.dumps(m, indent=2))
 def _edit(d, f): m = _man(d); f(m); _put(d, m)
 def _ids(d): return json.loads((d / "ids.json").read_text())
 def _put_ids(d, ids): (d / "ids.json").write_text(json.dumps(ids) + "\n")
-def _g(d, i): return _shard_paths(d, i)[1]
-def _a(d, i): return _shard_paths(d, i)[0]
+def _g(d, i): return shard_paths(d, i)[1]
+def _a(d, i): return shard_paths(d, i)[0]
 
 
 def _flip(p, at):
@@ -72,7 +73,7 @@ def _drop_column(p):
 def _resealed(f):
     "An edit that also recomputes manifest_sha256, as a careful hand would: the manifest's own checks must still catch it."
     def go(d):
-        m = _man(d); f(m); m["manifest_sha256"] = _manifest_sha256(m); _put(d, m)
+        m = _man(d); f(m); m["manifest_sha256"] = manifest_sha256(m); _put(d, m)
     return go
 
 
@@ -98,7 +99,7 @@ CASES = [
     ("NaN written into a shard", lambda d: _nan_into(_g(d, 0)), "shards/00000.grads.npy: its sha256 differs", False),
     ("shard deleted", lambda d: _g(d, 3).unlink(), "00003", True),
     ("aux file deleted", lambda d: _a(d, 4).unlink(), "00004", True),
-    ("extra shard", lambda d: [shutil.copy(p, p.with_name(p.name.replace("00004", "00005"))) for p in _shard_paths(d, 4)],
+    ("extra shard", lambda d: [shutil.copy(p, p.with_name(p.name.replace("00004", "00005"))) for p in shard_paths(d, 4)],
      "shards/00005.aux.npy: not part of this index", True),
     ("n_shards lowered", lambda d: _edit(d, lambda m: m.update(n_shards=4)), "manifest.json: n_shards is 4, but 40 examples in shards of 8 make 5", True),
     ("n_shards lowered, checksum resealed", _resealed(lambda m: m.update(n_shards=4)), "manifest.json: n_shards is 4", True),
@@ -147,10 +148,10 @@ def test_tampered_index_is_refused(good, tmp_path, case, tamper, says, cheap):
 
 def test_sound_index_verifies_and_describes_itself(good):
     idx = verify_index(good)
-    assert index_problems(good) == [] and idx._verified
+    assert index_problems(good) == [] and idx.verified
     m = idx.manifest
     assert sorted(m["shards"]) == [f"{i:05d}" for i in range(5)] and all(r["rows"] == SHARD and r["excluded"] == [] for r in m["shards"].values())
-    assert m["manifest_sha256"] == _manifest_sha256(m) and len(m["ids_sha256"]) == 64 and m["integrity"]["checksum"] == "sha256"
+    assert m["manifest_sha256"] == manifest_sha256(m) and len(m["ids_sha256"]) == 64 and m["integrity"]["checksum"] == "sha256"
     txt = describe_index(idx)
     assert "sha256 recorded for 5 of 5 shards (verified)" in txt and "excluded   none" in txt and '"shards"' not in txt
 
@@ -162,7 +163,7 @@ def test_resume_rebuilds_what_fails_its_checks(tiny, good, tmp_path, damage, cap
     d = tmp_path / "index"; shutil.copytree(good, d)
     {"truncated": lambda: _truncate(_g(d, 2), 100), "bit flip": lambda: _flip(_g(d, 3), 400),
      "checksum edited": lambda: _edit(d, lambda m: m["shards"]["00001"]["grads"].update(sha256="0" * 64)),
-     "stray shard": lambda: [shutil.copy(p, p.with_name(p.name.replace("00004", "00009"))) for p in _shard_paths(d, 4)],
+     "stray shard": lambda: [shutil.copy(p, p.with_name(p.name.replace("00004", "00009"))) for p in shard_paths(d, 4)],
      "ids.json edited": lambda: _put_ids(d, ["zzz"] + _ids(d)[1:]),
      "record missing": lambda: _edit(d, lambda m: m["shards"].pop("00002"))}[damage]()
     assert index_problems(d)
@@ -198,7 +199,7 @@ def test_legacy_index_opens_but_cannot_be_verified(good, tmp_path):
     d = tmp_path / "index"; shutil.copytree(good, d)
     _edit(d, lambda m: [m.pop(k) for k in ("integrity", "shards", "manifest_sha256", "ids_sha256", "reproducibility")])
     idx = GradientIndex(d)                                        # an index built before checksums: opened with the cheap checks
-    assert idx.verify(legacy_ok=True) is idx and not idx._verified
+    assert idx.verify(legacy_ok=True) is idx and not idx.verified
     with pytest.raises(GradianError, match="records no checksums"):
         verify_index(d)
     assert [f.check_id for f in index_findings(idx)] == ["index.unverified"]
@@ -265,7 +266,7 @@ def _has_verify_flag() -> bool:
 
 def test_show_index_verify_hashes_the_shards(good, tmp_path, capsys):
     from gradian.cli import main
-    if not _has_verify_flag(): pytest.skip("`gradian show-index --verify` is not wired in nbs/35_cli.ipynb yet (it is to call gradian.index.verify_index)")
+    if not _has_verify_flag(): pytest.skip("`gradian show-index --verify` is not wired in nbs/38_cli.ipynb yet (it is to call gradian.index.store.verify_index)")
     assert main(["show-index", str(good), "--verify"]) == 0 and "(verified)" in capsys.readouterr().out
     d = tmp_path / "index"; shutil.copytree(good, d); _flip(_g(d, 3), 400)
     assert main(["show-index", str(d)]) == 0                        # a flipped bit passes every cheap check ...

@@ -75,3 +75,41 @@ def test_nothing_below_imports_the_top(top):
     allowed = {"gradian.cli": set(), "gradian.demo": {"gradian.cli"}, "gradian.testing": set()}[top]
     users = sorted(m for m, deps in g.items() if top in deps and m not in allowed and m != top)
     assert not users, f"{top} is imported by {users}"
+
+
+def test_the_report_modules_import_no_torch():
+    "Reading or rendering a report (report, report_html, explorer) must not need torch: a fresh interpreter imports them without it."
+    import subprocess, sys
+    code = "import sys, gradian.report, gradian.report_html, gradian.explorer; print('torch' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=PKG.parent)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False", "a report module imports torch (directly or through a module it imports)"
+
+
+def _notebook_numbers() -> dict:
+    "{module: its notebook's number}, read from each notebook's `#| default_exp` line."
+    import json, re
+    out = {}
+    for nb in (PKG.parent / "nbs").glob("[0-9]*.ipynb"):
+        src = "\n".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code")
+        if m := re.search(r"^#\|\s*default_exp\s+(\S+)", src, re.M):
+            out["gradian." + m.group(1).removesuffix(".__init__")] = int(nb.name.split("_")[0])
+    return out
+
+
+def forward_imports(num: dict, graph: dict) -> list:
+    "Every import of a module from a notebook numbered after its own."
+    return sorted(f"{m} (nb {num[m]}) imports {d} (nb {num[d]})" for m, deps in graph.items() if m in num
+                  for d in deps if d in num and num[d] > num[m])
+
+
+def test_notebooks_are_numbered_in_import_order():
+    "A module's notebook comes after the notebooks of everything it imports, so the docs read bottom-up without a forward reference."
+    num = _notebook_numbers()
+    assert num["gradian.core"] == 0 and num["gradian.config"] < num["gradian.cli"] and len(num) >= 30
+    late = forward_imports(num, import_graph())
+    assert not late, "\n".join(late)
+
+
+def test_the_order_check_sees_a_forward_import():
+    assert forward_imports({"a": 1, "b": 2, "c": 3}, {"a": {"b"}, "b": set(), "c": {"a", "b"}}) == ["a (nb 1) imports b (nb 2)"]

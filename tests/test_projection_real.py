@@ -6,7 +6,7 @@ import pytest
 
 from gradian.config import IndexConfig
 from gradian.data import EvalItem, Example
-from gradian.index import build_index
+from gradian.index.build import build_index
 from gradian.model.core import attach_lora
 from gradian.query.scorer import rank_correlation, score_index
 from gradian.query.signals import build_query

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from gradian.data import load_eval, load_train
-from gradian.demo import DEMO_TRAINING, FAMILIES, planted_scenario
-from gradian.index import build_index
+from gradian.scenarios import DEMO_TRAINING, FAMILIES, DemoSpec, build_scenario
+from gradian.index.build import build_index
 from gradian.model.training import train_adapter
 from gradian.model.core import load_model
 from gradian.query.signals import build_query
@@ -17,13 +17,13 @@ from gradian.query.spans import explain_example, score_example_spans, separation
 pytestmark = pytest.mark.slow
 
 F = FAMILIES["capital"]
-WRONG = {f"capital-p{i}": F["a"].format(k=k, v=w) for i, (k, v, w) in enumerate(F["planted"])}
+WRONG = {f"capital-p{i}": F.say.format(k=k, v=w) for i, (k, v, w) in enumerate(F.facts)}
 
 
 @pytest.fixture(scope="module")
 def buried(tmp_path_factory):
     out = tmp_path_factory.mktemp("spans")
-    sc = planted_scenario("capital", n_clean=48, n_long=6, long_per_fact=3, long_states="wrong", short_states="correct")
+    sc = build_scenario(DemoSpec("capital", n_clean=48, n_long=6, long_per_fact=3, long_states="wrong", short_states="correct"))
     tp, ep = sc.write(out / "data")
     train_adapter(tp, out / "adapter", model="embedded", backend="hf", max_seq_length=256, log=None, **DEMO_TRAINING)
     m, t = load_model("embedded", adapter=out / "adapter")

@@ -1,5 +1,5 @@
 """benchmarks/sweeps.py on tiny settings: the damping table and plot from an experiment E verdict (the projection sweep itself is
-checked in nbs/37_fidelity.ipynb on the tiny model; its embedded-model run needs a trained bank scenario)."""
+checked in nbs/41_fidelity.ipynb on the tiny model; its embedded-model run needs a trained bank scenario)."""
 import csv, json, subprocess, sys
 from pathlib import Path
 

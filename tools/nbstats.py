@@ -4,7 +4,7 @@ definitions each holds, how many definitions are followed by a test, and how muc
 
     python tools/nbstats.py            # table over nbs/*.ipynb (experiments and tutorials excluded)
     python tools/nbstats.py --json     # the same numbers as JSON
-    python tools/nbstats.py nbs/19_engines.ipynb ...
+    python tools/nbstats.py nbs/20_engines.ipynb ...
 
 Rules (kept simple so anyone can recount them by hand):
 - an *exported cell* is a code cell whose first directive lines hold `#| export` or `#| exports`;

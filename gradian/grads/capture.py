@@ -30,9 +30,13 @@ class Batch:
     position_ids: torch.Tensor
     supervised: torch.Tensor
     ids: list = field(default_factory=list)
-    def to(self, device):
-        return Batch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.position_ids, self.supervised)), self.ids)
     def __len__(self): return self.input_ids.shape[0]
+
+# %% ../../nbs/14_grads.capture.ipynb #2643e9e1
+@patch
+def to(self:Batch, device) -> Batch:
+    tensors = (self.input_ids, self.attention_mask, self.position_ids, self.supervised)
+    return Batch(*(t.to(device) for t in tensors), self.ids)
 
 # %% ../../nbs/14_grads.capture.ipynb #330ba39d
 def pad_batch(tokenized:Sequence, pad_id:int, side:str="left") -> Batch:
@@ -43,7 +47,8 @@ def pad_batch(tokenized:Sequence, pad_id:int, side:str="left") -> Batch:
     mask, sup = torch.zeros_like(ids), torch.zeros_like(ids, dtype=torch.bool)
     for i, t in enumerate(tokenized):
         n = len(t.input_ids); sl = slice(L - n, L) if side == "left" else slice(0, n)
-        ids[i, sl] = torch.tensor(t.input_ids); mask[i, sl] = 1; sup[i, sl] = torch.tensor(t.supervised, dtype=torch.bool)
+        ids[i, sl] = torch.tensor(t.input_ids); mask[i, sl] = 1
+        sup[i, sl] = torch.tensor(t.supervised, dtype=torch.bool)
     pos = (mask.cumsum(1) - 1).clamp(min=0)
     return Batch(ids, mask, pos, sup, [getattr(t, "id", i) for i, t in enumerate(tokenized)])
 
@@ -55,10 +60,12 @@ def _head_input_hook(model, store:dict):
 
 # %% ../../nbs/14_grads.capture.ipynb #969d6362
 def _logits_at(model, batch:Batch, rows:torch.Tensor, want_reps:bool=False):
-    "(logits, head inputs or None) at the `rows` mask, packed one row per kept position; full logits when `logits_to_keep` is not understood."
+    """(logits, head inputs or None) at the `rows` mask, packed one row per kept position;
+    full logits when `logits_to_keep` is not understood."""
     store, h_rows = {}, None
     handle = _head_input_hook(model, store) if want_reps else None
-    kw = dict(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids, use_cache=False)
+    kw = dict(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
+              use_cache=False)
     try:
         try: logits = model(**kw, logits_to_keep=rows).logits
         except TypeError: logits = None
@@ -81,33 +88,40 @@ def _mean_reps(h_rows:torch.Tensor, batch:Batch, rows:torch.Tensor) -> torch.Ten
 
 # %% ../../nbs/14_grads.capture.ipynb #51e825f3
 def supervised_losses(model, batch:Batch, want_reps:bool=False, reduction:str="mean"):
-    "Per-example CE over supervised tokens (mean, or sum), shape (B,), and (optionally) the mean last hidden state over the supervised tokens, (B, H)."
+    """Per-example CE over supervised tokens (mean, or sum), shape (B,), and (optionally) the mean last
+    hidden state over the supervised tokens, (B, H)."""
     keep = target_positions(batch.supervised)
-    rows = keep | batch.supervised.bool() if want_reps else keep            # answer tokens' own positions too, for the hidden states
+    rows = keep | batch.supervised.bool() if want_reps else keep     # the answer tokens too, for the hidden states
     b_idx, t_idx = keep.nonzero(as_tuple=True)
     logits, h_rows = _logits_at(model, batch, rows, want_reps)
-    sel = keep[rows]                                                       # which kept rows are loss rows (same order as keep.nonzero())
+    sel = keep[rows]                                  # which kept rows are loss rows (in keep.nonzero() order)
     losses = packed_ce(logits[sel], batch.input_ids[b_idx, t_idx + 1], b_idx, len(batch), reduction)
     return losses, (_mean_reps(h_rows, batch, rows) if want_reps else None)
 
 # %% ../../nbs/14_grads.capture.ipynb #946012eb
+def _wrapper(model, mod:str, ad:str, d:dict) -> torch.nn.Module:
+    "The lora Linear wrapper of module `mod`, once its blocks `d` are known to be a whole A/B pair of plain LoRA."
+    if set(d) != {"A", "B"}: raise GradianError(f"module {mod} has only its lora_{''.join(d)} block selected",
+                                                fix="select whole modules (A and B)")
+    wrapper = model.get_submodule(d["A"].path.rsplit(".lora_A.", 1)[0])
+    if getattr(wrapper, "use_dora", {}).get(ad, False):
+        raise GradianError(f"{mod} is a DoRA module: per-example gradients of DoRA magnitudes are not supported",
+                           fix="analyse a plain LoRA adapter")
+    return wrapper
+
+# %% ../../nbs/14_grads.capture.ipynb #79f68c5f
 def _lora_pairs(model, blocks:list[LoraBlock]) -> list[tuple[LoraBlock, LoraBlock, torch.nn.Module]]:
     "(A block, B block, lora Linear wrapper) for every adapted module among `blocks`."
     by_mod = {}
     for b in blocks: by_mod.setdefault((b.module, b.adapter), {})[b.kind] = b
     pairs = []
-    for (mod, ad), d in by_mod.items():
-        if set(d) != {"A", "B"}: raise GradianError(f"module {mod} has only its lora_{''.join(d)} block selected", fix="select whole modules (A and B)")
-        wrapper = model.get_submodule(d["A"].path.rsplit(".lora_A.", 1)[0])
-        if getattr(wrapper, "use_dora", {}).get(ad, False):
-            raise GradianError(f"{mod} is a DoRA module: per-example gradients of DoRA magnitudes are not supported", fix="analyse a plain LoRA adapter")
-        pairs.append((d["A"], d["B"], wrapper))
+    for (mod, ad), d in by_mod.items(): w = _wrapper(model, mod, ad, d); pairs.append((d["A"], d["B"], w))
     return pairs
 
 # %% ../../nbs/14_grads.capture.ipynb #7e712074
 @contextmanager
 def _eval_mode(model):
-    "Dropout off inside; afterwards each module that was training is training again (nothing to do for a model in eval mode)."
+    "Dropout off inside; afterwards each module that was training trains again (a model in eval mode stays so)."
     on = [m for m in model.modules() if m.training]
     for m in on: m.training = False
     try: yield
@@ -116,8 +130,10 @@ def _eval_mode(model):
 
 # %% ../../nbs/14_grads.capture.ipynb #567d3dc6
 class GradientCapture:
-    "Per-example gradients of the selected LoRA blocks for a whole batch in one forward and one backward (at `adapter_scale` of the adapter's update)."
-    def __init__(self, model, module_filter:str|None=None, projectors:dict|None=None, blocks:list|None=None, adapter_scale:float=1.0):
+    """Per-example gradients of the selected LoRA blocks for a whole batch in one forward and one backward
+    (at `adapter_scale` of the adapter's update)."""
+    def __init__(self, model, module_filter:str|None=None, projectors:dict|None=None, blocks:list|None=None,
+                 adapter_scale:float=1.0):
         self.model, self.adapter_scale = model, adapter_scale
         self.blocks = list(blocks) if blocks is not None else lora_blocks(model, module_filter)
         self.pairs = _lora_pairs(model, self.blocks)
@@ -148,7 +164,7 @@ def _block_grads(self:GradientCapture, out, j:int, lin_B, x, h, dB, mask):
 # %% ../../nbs/14_grads.capture.ipynb #058ce2a8
 @patch
 def _register_hooks(self:GradientCapture, handles:list, out, mask, probes:list):
-    "Hang the forward hooks of every selected module on the model, appending their handles to `handles` as they are made."
+    "Hang the forward hooks of every selected module on the model, appending each handle to `handles` as it is made."
     saved, seen = {}, set()
     def hook_A(j):
         def f(mod, args, output): saved[j] = args[0]
@@ -170,7 +186,8 @@ def _register_hooks(self:GradientCapture, handles:list, out, mask, probes:list):
 # %% ../../nbs/14_grads.capture.ipynb #1b1188b8
 @patch
 def __call__(self:GradientCapture, batch:Batch, want_reps:bool=False, reduction:str="mean"):
-    "(grads (B, D) float32, losses (B,), reps (B, H) or None) for `batch`; `reduction='sum'` sums each row's token losses instead of averaging."
+    """(grads (B, D) float32, losses (B,), reps (B, H) or None) for `batch`; `reduction='sum'` sums each
+    row's token losses instead of averaging."""
     dev = next(self.model.parameters()).device
     batch = batch.to(dev)
     out = torch.zeros(len(batch), self.dim, dtype=torch.float32, device=dev)
@@ -189,7 +206,8 @@ def __call__(self:GradientCapture, batch:Batch, want_reps:bool=False, reduction:
 def iter_batches(tokenized:Sequence, batch_size:int, pad_id:int, side:str="left", sort_by_length:bool=True):
     "Yield (positions, Batch) over `tokenized`, `batch_size` at a time (length-sorted when asked)."
     if batch_size < 1: raise GradianError(f"batch size must be at least 1, got {batch_size}")
-    order = sorted(range(len(tokenized)), key=lambda i: (len(tokenized[i].input_ids), i)) if sort_by_length else list(range(len(tokenized)))
+    order = list(range(len(tokenized)))
+    if sort_by_length: order.sort(key=lambda i: (len(tokenized[i].input_ids), i))
     for s in range(0, len(order), batch_size):
         pos = order[s:s + batch_size]
         yield pos, pad_batch([tokenized[i] for i in pos], pad_id, side)

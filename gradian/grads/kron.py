@@ -1,4 +1,4 @@
-"""EK-FAC curvature from kronfluence over Gradian's own per-example loss: the task, the data it reads, fitted factors stored with their arguments, and pairwise scores.
+"""EK-FAC curvature from kronfluence over Gradian's per-example loss: task, data, stored factors, pairwise scores.
 
 Docs: https://gradian-dev.github.io/gradian/grads.kron.html.md"""
 
@@ -16,10 +16,16 @@ import torch
 from safetensors.torch import load_file
 
 from ..core import GradianError
+from ..config import check_key
 from .capture import Batch, _eval_mode, _logits_at, pad_batch
 from .loss import packed_ce, target_positions
 from ..model.core import adapter_scaled
 
+# %% auto #0
+__all__ = ['supervised_ce', 'TokenRows', 'collate_rows', 'KronTask', 'tracked', 'relative_damping', 'factor_arguments',
+           'load_factors', 'fit_factors', 'pairwise_scores']
+
+# %% ../../nbs/15_grads.kron.ipynb #9b635725
 try:
     import kronfluence
     import kronfluence.factor.config as _kron_config
@@ -32,15 +38,13 @@ try:
 except ImportError as e:                                   # the optional extra is missing
     raise GradianError(f"the ekfac engine needs kronfluence ({e})", fix="pip install 'gradian[ekfac]'") from e
 
-# %% auto #0
-__all__ = ['supervised_ce', 'TokenRows', 'collate_rows', 'KronTask', 'tracked', 'relative_damping', 'factor_arguments',
-           'load_factors', 'fit_factors', 'pairwise_scores']
-
 # %% ../../nbs/15_grads.kron.ipynb #89096418
 def _batch(b:dict) -> Batch: return Batch(b["input_ids"], b["attention_mask"], b["position_ids"], b["supervised"])
 
+# %% ../../nbs/15_grads.kron.ipynb #f2cd746c
 def supervised_ce(model, b:dict, sample:bool=False) -> torch.Tensor:
-    "(B,) mean CE over each row's supervised tokens; with `sample`, against tokens drawn from the model's own prediction (the true Fisher)."
+    """(B,) mean CE over each row's supervised tokens; with `sample`, against tokens drawn from the
+    model's own prediction (the true Fisher)."""
     batch = _batch(b); keep = target_positions(batch.supervised)
     bi, ti = keep.nonzero(as_tuple=True)
     logits, _ = _logits_at(model, batch, keep)
@@ -51,52 +55,64 @@ def supervised_ce(model, b:dict, sample:bool=False) -> torch.Tensor:
 
 # %% ../../nbs/15_grads.kron.ipynb #3406d503
 class TokenRows(torch.utils.data.Dataset):
-    "Tokenized examples as a dataset kronfluence can batch; `weights` (one per row, default 1) scale each row's loss in a measurement."
+    "Tokenized examples as a dataset kronfluence can batch; `weights` (one per row, default 1) scale each row's loss."
     def __init__(self, tokenized:Sequence, weights:Sequence[float]|None=None):
-        self.rows, self.weights = list(tokenized), [1.0] * len(tokenized) if weights is None else [float(w) for w in weights]
-        if len(self.weights) != len(self.rows): raise GradianError(f"{len(self.weights)} weights for {len(self.rows)} rows")
+        self.rows = list(tokenized)
+        self.weights = [1.0] * len(self.rows) if weights is None else [float(w) for w in weights]
+        if len(self.weights) != len(self.rows):
+            raise GradianError(f"{len(self.weights)} weights for {len(self.rows)} rows")
     def __len__(self): return len(self.rows)
     def __getitem__(self, i): return self.rows[i], self.weights[i]
 
+# %% ../../nbs/15_grads.kron.ipynb #3558636e
 def collate_rows(pad_id:int):
     "A DataLoader `collate_fn`: (tokenized, weight) pairs to a dict of left-padded tensors plus `weight`."
     def collate(pairs):
         b = pad_batch([t for t, _ in pairs], pad_id)
-        return dict(input_ids=b.input_ids, attention_mask=b.attention_mask, position_ids=b.position_ids, supervised=b.supervised,
-                    weight=torch.tensor([w for _, w in pairs], dtype=torch.float32))
+        return dict(input_ids=b.input_ids, attention_mask=b.attention_mask, position_ids=b.position_ids,
+                    supervised=b.supervised, weight=torch.tensor([w for _, w in pairs], dtype=torch.float32))
     return collate
 
 # %% ../../nbs/15_grads.kron.ipynb #5ece453d
 class KronTask(Task):
-    "kronfluence's view of a Gradian analysis: the per-example loss, a weighted sum of per-row losses as the measurement, the LoRA modules to track."
+    """kronfluence's view of a Gradian analysis: the per-example loss, a weighted sum of per-row losses
+    as the measurement, the LoRA modules to track."""
     def __init__(self, modules:Sequence[str]): self.modules = list(modules)
     def compute_train_loss(self, batch, model, sample=False): return supervised_ce(model, batch, sample).sum()
-    def compute_measurement(self, batch, model): return (supervised_ce(model, batch) * batch["weight"].to(batch["input_ids"].device)).sum()
+    def compute_measurement(self, batch, model):
+        return (supervised_ce(model, batch) * batch["weight"].to(batch["input_ids"].device)).sum()
     def get_influence_tracked_modules(self): return self.modules
     def get_attention_mask(self, batch): return batch["attention_mask"]
+
+# %% ../../nbs/15_grads.kron.ipynb #e1222a06
+def _untrack(model, flags:dict):
+    "Put back the original Linear of every tracked module and each parameter's `requires_grad` from `flags`."
+    for name, m in list(model.named_modules()):
+        if isinstance(m, TrackedModule):
+            parent, child = name.rsplit(".", 1); setattr(model.get_submodule(parent), child, m.original_module)
+    for n, p in model.named_parameters(): p.requires_grad_(flags[n])
 
 # %% ../../nbs/15_grads.kron.ipynb #8e9069b2
 @contextmanager
 def tracked(model, modules:Sequence[str]):
-    "Context: kronfluence's wrappers on `modules`, gradients off, eval mode; yields the `KronTask`. Afterwards the model is exactly as before."
+    """Context: kronfluence's wrappers on `modules`, gradients off, eval mode; yields the `KronTask`.
+    Afterwards the model is exactly as before."""
     task, flags = KronTask(modules), {n: p.requires_grad for n, p in model.named_parameters()}
     missing = [m for m in modules if m not in dict(model.named_modules())]
-    if missing: raise GradianError(f"the model has no module(s) {missing[:3]}", fix="pass the model the index was built from")
+    if missing:
+        raise GradianError(f"the model has no module(s) {missing[:3]}", fix="pass the model the index was built from")
     for p in model.parameters(): p.requires_grad_(False)
     wrap_tracked_modules(model, task)
     try:
         with _eval_mode(model): yield task
-    finally:
-        for name, m in list(model.named_modules()):
-            if isinstance(m, TrackedModule):
-                parent, child = name.rsplit(".", 1); setattr(model.get_submodule(parent), child, m.original_module)
-        for n, p in model.named_parameters(): p.requires_grad_(flags[n])
+    finally: _untrack(model, flags)
 
 # %% ../../nbs/15_grads.kron.ipynb #2755aad3
 @contextmanager
 def relative_damping(scale:float):
-    "Context: kronfluence's heuristic damping (`damping_factor=None`) becomes `scale` times each module's mean corrected eigenvalue."
-    if not scale > 0: raise GradianError(f"lambda_scale must be positive, got {scale}")
+    """Context: kronfluence's heuristic damping (`damping_factor=None`) becomes `scale` times each
+    module's mean corrected eigenvalue."""
+    check_key("engine.lambda_scale", scale)                       # the config's range, declared once there
     prev = _kron_config.HEURISTIC_DAMPING_SCALE; _kron_config.HEURISTIC_DAMPING_SCALE = float(scale)
     try: yield
     finally: _kron_config.HEURISTIC_DAMPING_SCALE = prev
@@ -108,13 +124,18 @@ def _quiet():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning); yield
 
+# %% ../../nbs/15_grads.kron.ipynb #2a3a57b0
 def factor_arguments(fisher:str="true") -> FactorArguments:
-    "EK-FAC with eigendecompositions in float64; `fisher='true'` samples labels from the model, `'empirical'` uses the training labels."
-    if fisher not in ("true", "empirical"): raise GradianError(f"fisher must be 'true' or 'empirical', got {fisher!r}")
-    return FactorArguments(strategy="ekfac", use_empirical_fisher=fisher == "empirical", eigendecomposition_dtype=torch.float64)
+    """EK-FAC with eigendecompositions in float64; `fisher='true'` samples labels from the model,
+    `'empirical'` uses the training labels."""
+    check_key("engine.ekfac_fisher", fisher)
+    return FactorArguments(strategy="ekfac", use_empirical_fisher=fisher == "empirical",
+                           eigendecomposition_dtype=torch.float64)
 
+# %% ../../nbs/15_grads.kron.ipynb #67e4105f
 def load_factors(out) -> dict:
-    "The fitted factors in `out`: {factor name: {module: tensor}} (eigenvectors, eigenvalues, lambda_matrix, num_lambda_processed)."
+    """The fitted factors in `out`: {factor name: {module: tensor}} (eigenvectors, eigenvalues, lambda_matrix,
+    num_lambda_processed)."""
     d = Path(out)/"kron"/"factors_ekfac"
     return {p.name.removesuffix(".safetensors"): load_file(p) for p in sorted(d.glob("*.safetensors"))}
 
@@ -122,42 +143,62 @@ def load_factors(out) -> dict:
 def _check_finite(out:Path):
     bad = sorted({m for name, f in load_factors(out).items() for m, t in f.items() if not torch.isfinite(t).all()})
     if bad: raise GradianError(f"the EK-FAC factors of {len(bad)} module(s) contain NaN or inf (first: {bad[0]})",
-                               fix="check the adapter for NaN weights (gradian doctor) or fit in float32; datainf needs no factors")
+                               fix="check the adapter for NaN weights (gradian doctor) or fit in float32; "
+                                   "datainf needs no factors")
+
+# %% ../../nbs/15_grads.kron.ipynb #4abf7060
+def _fitted(out:Path, stamp:dict) -> bool:
+    "Whether `out` holds factors fitted with `stamp`; an error when it holds factors fitted with other arguments."
+    if not (out/"args.json").exists(): return False
+    have = json.loads((out/"args.json").read_text())
+    if have != stamp:
+        raise GradianError(f"{out} holds EK-FAC factors fitted with other arguments "
+                           f"({', '.join(sorted(k for k in stamp if have.get(k) != stamp[k]))})",
+                           fix="delete that folder to refit, or use the settings it was fitted with")
+    return True
+
+# %% ../../nbs/15_grads.kron.ipynb #b44dd53e
+def _analyzer(model, task, out) -> Analyzer:
+    return Analyzer("kron", model, task, cpu=next(model.parameters()).device.type == "cpu", disable_tqdm=True,
+                    output_dir=str(out), log_level=logging.WARNING)
 
 def fit_factors(model, modules:Sequence[str], tokenized:Sequence, out, *, pad_id:int, stamp:dict, fisher:str="true",
                 batch_size:int=8, adapter_scale:float=1.0, seed:int=0) -> Path:
-    "EK-FAC factors of `modules` over `tokenized` in `out` (reused when `out/args.json` equals `stamp`, refused when it differs)."
-    out = Path(out); stamp = json.loads(json.dumps(dict(stamp, fisher=fisher, seed=seed, adapter_scale=adapter_scale, modules=list(modules))))
-    if (out/"args.json").exists():
-        have = json.loads((out/"args.json").read_text())
-        if have != stamp: raise GradianError(f"{out} holds EK-FAC factors fitted with other arguments ({', '.join(sorted(k for k in stamp if have.get(k) != stamp[k]))})",
-                                             fix="delete that folder to refit, or use the settings it was fitted with")
-        return out
+    """EK-FAC factors of `modules` over `tokenized` in `out` (reused when `out/args.json` equals `stamp`,
+    refused when it differs)."""
+    out, args = Path(out), dict(stamp, fisher=fisher, seed=seed, adapter_scale=adapter_scale, modules=list(modules))
+    stamp = json.loads(json.dumps(args))
+    if _fitted(out, stamp): return out
     part = out.with_name(out.name + ".partial"); shutil.rmtree(part, ignore_errors=True)
     dl = DataLoaderKwargs(collate_fn=collate_rows(pad_id))
     try:
-        with tracked(model, modules) as task, adapter_scaled(model, adapter_scale), torch.random.fork_rng(devices=[]), _quiet():
+        with (tracked(model, modules) as task, adapter_scaled(model, adapter_scale), torch.random.fork_rng(devices=[]),
+              _quiet()):
             torch.manual_seed(seed)
-            an = Analyzer("kron", model, task, cpu=next(model.parameters()).device.type == "cpu", disable_tqdm=True, output_dir=str(part), log_level=logging.WARNING)
-            an.fit_all_factors("ekfac", TokenRows(tokenized), per_device_batch_size=batch_size, factor_args=factor_arguments(fisher), dataloader_kwargs=dl)
+            an = _analyzer(model, task, part)
+            an.fit_all_factors("ekfac", TokenRows(tokenized), per_device_batch_size=batch_size,
+                               factor_args=factor_arguments(fisher), dataloader_kwargs=dl)
     except torch.linalg.LinAlgError as e:
-        raise GradianError(f"the EK-FAC eigendecomposition failed ({e})", fix="check the adapter for NaN weights (gradian doctor); datainf needs no factors") from e
+        raise GradianError(f"the EK-FAC eigendecomposition failed ({e})",
+                           fix="check the adapter for NaN weights (gradian doctor); datainf needs no factors") from e
     _check_finite(part)
     (part/"args.json").write_text(json.dumps(stamp, indent=1, sort_keys=True) + "\n")
     shutil.rmtree(out, ignore_errors=True); os.replace(part, out)
     return out
 
 # %% ../../nbs/15_grads.kron.ipynb #4715c076
-def pairwise_scores(model, modules:Sequence[str], factors, train:Sequence, query:Sequence, weights:Sequence[float], *, pad_id:int,
-                    lambda_scale:float=0.1, batch_size:int=8, adapter_scale:float=1.0) -> np.ndarray:
+def pairwise_scores(model, modules:Sequence[str], factors, train:Sequence, query:Sequence, weights:Sequence[float], *,
+                    pad_id:int, lambda_scale:float=0.1, batch_size:int=8, adapter_scale:float=1.0) -> np.ndarray:
     "(n_query_rows, n_train) EK-FAC scores of each weighted query row against each training example, float64."
     factors, name = Path(factors), f"scores-{uuid.uuid4().hex[:8]}"
     dl = DataLoaderKwargs(collate_fn=collate_rows(pad_id))
     try:
-        with tracked(model, modules) as task, adapter_scaled(model, adapter_scale), relative_damping(lambda_scale), _quiet():
-            an = Analyzer("kron", model, task, cpu=next(model.parameters()).device.type == "cpu", disable_tqdm=True, output_dir=str(factors), log_level=logging.WARNING)
-            an.compute_pairwise_scores(name, "ekfac", TokenRows(query, weights), TokenRows(train), per_device_query_batch_size=batch_size,
-                                       per_device_train_batch_size=batch_size, dataloader_kwargs=dl, score_args=ScoreArguments(damping_factor=None))
+        with (tracked(model, modules) as task, adapter_scaled(model, adapter_scale), relative_damping(lambda_scale),
+              _quiet()):
+            an = _analyzer(model, task, factors)
+            an.compute_pairwise_scores(name, "ekfac", TokenRows(query, weights), TokenRows(train),
+                                       per_device_query_batch_size=batch_size, per_device_train_batch_size=batch_size,
+                                       dataloader_kwargs=dl, score_args=ScoreArguments(damping_factor=None))
             S = an.load_pairwise_scores(name)["all_modules"]
     finally: shutil.rmtree(factors/"kron"/name, ignore_errors=True)
     return S.double().cpu().numpy()

@@ -16,7 +16,8 @@ __all__ = ['target_positions', 'packed_ce', 'per_example_ce', 'span_ce']
 
 # %% ../../nbs/13_grads.loss.ipynb #88ac6698
 def target_positions(supervised:torch.Tensor) -> torch.Tensor:
-    "Boolean (batch, length) mask of the positions whose logits predict a supervised token (token t is predicted at t-1)."
+    """Boolean (batch, length) mask of the positions whose logits predict a supervised token
+    (token t is predicted at t-1)."""
     keep = torch.zeros_like(supervised, dtype=torch.bool)
     keep[:, :-1] = supervised[:, 1:].bool()
     return keep
@@ -24,7 +25,8 @@ def target_positions(supervised:torch.Tensor) -> torch.Tensor:
 # %% ../../nbs/13_grads.loss.ipynb #17f4c8aa
 def packed_ce(row_logits:torch.Tensor, row_targets:torch.Tensor, row_example:torch.Tensor, n_examples:int,
               reduction:str="mean") -> torch.Tensor:
-    "Per-example CE from logits already gathered at target positions: `row_logits` (n_rows, vocab), `row_example` the example of each row."
+    """Per-example CE from logits already gathered at target positions: `row_logits` (n_rows, vocab),
+    `row_example` the example of each row."""
     if reduction not in ("mean", "sum"): raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
     nll = F.cross_entropy(row_logits.float(), row_targets, reduction="none")   # the only upcast: supervised rows
     total = torch.zeros(n_examples, dtype=nll.dtype, device=nll.device).index_add(0, row_example, nll)
@@ -35,7 +37,8 @@ def packed_ce(row_logits:torch.Tensor, row_targets:torch.Tensor, row_example:tor
 # %% ../../nbs/13_grads.loss.ipynb #a28ddd9a
 def per_example_ce(logits:torch.Tensor, input_ids:torch.Tensor, supervised:torch.Tensor,
                    reduction:str="mean") -> torch.Tensor:
-    "Cross-entropy of each sequence over its supervised target tokens: shape (batch,). `supervised[b, t]` marks token t as a target."
+    """Cross-entropy of each sequence over its supervised target tokens: shape (batch,).
+    `supervised[b, t]` marks token t as a target."""
     b_idx, t_idx = target_positions(supervised).nonzero(as_tuple=True)
     return packed_ce(logits[b_idx, t_idx], input_ids[b_idx, t_idx + 1], b_idx, logits.shape[0], reduction)
 
@@ -46,5 +49,6 @@ def span_ce(logits:torch.Tensor, input_ids:torch.Tensor, supervised:torch.Tensor
     inside = supervised.bool() & span.bool()
     if not inside[:, 1:].any(1).all():
         empty = (~inside[:, 1:].any(1)).nonzero().flatten().tolist()
-        raise GradianError(f"span rows {empty} contain no supervised target token", fix="pick spans that overlap the assistant text")
+        raise GradianError(f"span rows {empty} contain no supervised target token",
+                           fix="pick spans that overlap the assistant text")
     return per_example_ce(logits, input_ids, inside, reduction)

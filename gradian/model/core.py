@@ -1,4 +1,4 @@
-"""Load a base model (HF id, local folder or `.gguf` file) and its tokenizer; attach a LoRA adapter; switch it off and on; generate; list the LoRA blocks.
+"""Load a model (HF id, folder or `.gguf`) and tokenizer; attach LoRA; switch it off and on; generate; list LoRA blocks.
 
 Docs: https://gradian-dev.github.io/gradian/model.core.html.md"""
 
@@ -30,7 +30,9 @@ def _from_pretrained_args(name_or_path) -> tuple[str, dict]:
     if p.suffix == ".gguf":
         if not p.is_file(): raise GradianError(f"GGUF file not found: {p}", fix="check the --model path")
         return str(p.parent), {"gguf_file": p.name}
-    if p.exists() and not p.is_dir(): raise GradianError(f"{p} is neither a folder nor a .gguf file", fix="pass a model folder, a .gguf file or a hub id")
+    if p.exists() and not p.is_dir():
+        raise GradianError(f"{p} is neither a folder nor a .gguf file",
+                           fix="pass a model folder, a .gguf file or a hub id")
     return (str(p) if p.exists() else str(name_or_path)), {}
 
 # %% ../../nbs/06_model.core.ipynb #de397612
@@ -38,7 +40,9 @@ def load_tokenizer(name_or_path):
     "The tokenizer (with its chat template) of a model reference."
     src, kw = _from_pretrained_args(name_or_path)
     try: tok = AutoTokenizer.from_pretrained(src, **kw)
-    except OSError as e: raise GradianError(f"cannot load a tokenizer from {name_or_path!r}: {e}", fix="pass a model folder, a .gguf file or a hub id already in the local cache") from None
+    except OSError as e:
+        raise GradianError(f"cannot load a tokenizer from {name_or_path!r}: {e}",
+                           fix="pass a model folder, a .gguf file or a hub id already in the local cache") from None
     if tok.pad_token is None: tok.pad_token = tok.eos_token
     return tok
 
@@ -89,7 +93,9 @@ def _quiet_peft():
 def _hf_load(src, kw:dict, dtype):
     with _quiet_loading():
         try: return AutoModelForCausalLM.from_pretrained(src, dtype=dtype, **kw)
-        except OSError as e: raise GradianError(f"cannot load a model from {src!r}: {e}", fix="pass a model folder, a .gguf file or a hub id already in the local cache") from None
+        except OSError as e:
+            raise GradianError(f"cannot load a model from {src!r}: {e}",
+                               fix="pass a model folder, a .gguf file or a hub id already in the local cache") from None
 
 # %% ../../nbs/06_model.core.ipynb #160d854e
 def _write_gguf_cache(gguf:Path, dest:Path) -> None:
@@ -106,8 +112,9 @@ def _write_gguf_cache(gguf:Path, dest:Path) -> None:
         model.generation_config.save_pretrained(tmp)
         save_file(state, str(tmp/"model.safetensors"), metadata={"format": "pt"})
         tok.save_pretrained(tmp)
-        (tmp/_CACHE_MARK).write_text(json.dumps({"gguf": str(gguf), "sha256_16": dest.name, "tied_names_left_out": dropped,
-                                                 "transformers": transformers.__version__}, indent=2))
+        mark = {"gguf": str(gguf), "sha256_16": dest.name, "tied_names_left_out": dropped,
+                "transformers": transformers.__version__}
+        (tmp/_CACHE_MARK).write_text(json.dumps(mark, indent=2))
         try: os.rename(tmp, dest)
         except OSError:                      # another process finished first: keep its copy
             if not (dest/_CACHE_MARK).is_file(): raise
@@ -139,7 +146,10 @@ def _dtype(dtype) -> torch.dtype:
 # %% ../../nbs/06_model.core.ipynb #08da0340
 def _check_adapter_dir(adapter) -> Path:
     a = Path(str(adapter)).expanduser()
-    if not a.is_dir(): raise GradianError(f"adapter folder not found: {a}", fix="pass the folder that holds adapter_config.json (written by the trainer's save_pretrained)")
+    if not a.is_dir():
+        raise GradianError(f"adapter folder not found: {a}",
+                           fix="pass the folder that holds adapter_config.json "
+                               "(written by the trainer's save_pretrained)")
     if not (a/"adapter_config.json").is_file():
         ckpts = sorted(p.name for p in a.glob("checkpoint-*") if (p/"adapter_config.json").is_file())
         fix = (f"pass one of its checkpoint folders, e.g. {a/ckpts[-1]}" if ckpts else
@@ -149,7 +159,8 @@ def _check_adapter_dir(adapter) -> Path:
 
 # %% ../../nbs/06_model.core.ipynb #6e79f580
 def load_model(name_or_path, adapter=None, dtype="float32", device="cpu", gguf_cache_ok:bool=True):
-    "Load `(model, tokenizer)`: base from an HF id, local folder or `.gguf` file, plus an optional PEFT adapter folder; eval mode."
+    """Load `(model, tokenizer)`: base from an HF id, local folder or `.gguf` file, plus an optional PEFT adapter
+    folder; eval mode."""
     torch_dtype = _dtype(dtype)
     if adapter is not None: adapter = _check_adapter_dir(adapter)   # fail before the slow part
     src, kw = _from_pretrained_args(name_or_path)
@@ -174,24 +185,33 @@ def _tuner_layers(model) -> list:
     return [m for m in model.modules() if isinstance(m, (BaseTunerLayer, AuxiliaryTrainingWrapper))]
 
 # %% ../../nbs/06_model.core.ipynb #1157c778
+def _seed_lora(model, seed:int, init:str):
+    "Redraw every `lora_A` (and with `init='nonzero'` every `lora_B`) from a CPU generator seeded with `seed`."
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            # lora_A: PEFT's kaiming-uniform(a=sqrt(5)) range, 1/sqrt(fan_in), drawn from our generator
+            if ".lora_A." in n: bound = p.shape[1] ** -0.5; p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * bound)
+            elif ".lora_B." in n and init == "nonzero": p.copy_(torch.randn(p.shape, generator=g) * _B_STD)
+
+# %% ../../nbs/06_model.core.ipynb #7a17ed50
 def attach_lora(model, r:int=8, alpha:int=16, dropout:float=0.0, target_modules=None, seed:int=0, init:str="nonzero"):
     "Wrap `model` (in place) in a fresh PEFT LoRA adapter; `init='nonzero'` gives `lora_B` seeded non-zero weights."
     from peft import LoraConfig, get_peft_model
     if init not in ("nonzero", "default"): raise GradianError(f"init must be 'nonzero' or 'default', got {init!r}")
-    if _tuner_layers(model): raise GradianError("the model already has an adapter", fix="attach to a fresh base model, e.g. attach_lora(copy.deepcopy(base))")
+    if _tuner_layers(model):
+        raise GradianError("the model already has an adapter",
+                           fix="attach to a fresh base model, e.g. attach_lora(copy.deepcopy(base))")
     if isinstance(target_modules, str): target_modules = [t.strip() for t in target_modules.split(",") if t.strip()]
     cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, task_type="CAUSAL_LM",
                      target_modules=list(target_modules) if target_modules else None)
-    g = torch.Generator().manual_seed(seed)
     with torch.random.fork_rng(devices=[]):
         try:
             with _quiet_peft(): pm = get_peft_model(model, cfg)
-        except ValueError as e: raise GradianError(f"cannot attach LoRA: {e}", fix="check target_modules against the model's module names") from None
-    with torch.no_grad():
-        for n, p in pm.named_parameters():
-            # lora_A: PEFT's kaiming-uniform(a=sqrt(5)) range, 1/sqrt(fan_in), drawn from our generator
-            if ".lora_A." in n: bound = p.shape[1] ** -0.5; p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * bound)
-            elif ".lora_B." in n and init == "nonzero": p.copy_(torch.randn(p.shape, generator=g) * _B_STD)
+        except ValueError as e:
+            raise GradianError(f"cannot attach LoRA: {e}",
+                               fix="check target_modules against the model's module names") from None
+    _seed_lora(pm, seed, init)
     return pm
 
 # %% ../../nbs/06_model.core.ipynb #8c5792bb
@@ -216,13 +236,16 @@ def adapter_disabled(model):
 # %% ../../nbs/06_model.core.ipynb #3f184e6e
 def adapter_enabled(model):
     "Context: run `model` with its adapter on; restores the previous state. Error when there is no adapter."
-    if not _tuner_layers(model): raise GradianError("the model has no adapter to enable", fix="pass --adapter DIR (a PEFT adapter folder) or attach_lora(model) first")
+    if not _tuner_layers(model):
+        raise GradianError("the model has no adapter to enable",
+                           fix="pass --adapter DIR (a PEFT adapter folder) or attach_lora(model) first")
     return _adapter_state(model, False)
 
 # %% ../../nbs/06_model.core.ipynb #adcca240
 @contextmanager
 def adapter_scaled(model, scale:float=1.0):
-    "Context: run `model` with its adapter's update multiplied by `scale` (every LoRA layer's scaling); restores it exactly. 1 is a no-op."
+    """Context: run `model` with its adapter's update multiplied by `scale` (every LoRA layer's scaling); restores it
+    exactly. 1 is a no-op."""
     layers = [m for m in _tuner_layers(model) if isinstance(getattr(m, "scaling", None), dict)] if scale != 1 else []
     prev = [dict(m.scaling) for m in layers]
     try:
@@ -236,7 +259,9 @@ def _render(tokenizer, prompt, chat:bool) -> tuple[str, bool]:
     "Prompt text and whether the chat template rendered it (then it already holds its special tokens)."
     if isinstance(prompt, str) and not (chat and tokenizer.chat_template): return prompt, False
     msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-    if not tokenizer.chat_template: raise GradianError("a conversation prompt needs a tokenizer with a chat template", fix="pass plain-text prompts")
+    if not tokenizer.chat_template:
+        raise GradianError("a conversation prompt needs a tokenizer with a chat template",
+                           fix="pass plain-text prompts")
     return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True), True
 
 # %% ../../nbs/06_model.core.ipynb #d1c6d390
@@ -288,8 +313,22 @@ def _summary(blocks) -> str:
     return "; ".join(f"{k} ({n} modules)" for k, n in sorted(c.items()))
 
 # %% ../../nbs/06_model.core.ipynb #3565845c
+def _filtered(blocks:list, module_filter:str|None) -> list:
+    "The blocks whose module name the regular expression `module_filter` matches (all of them when it is None)."
+    if module_filter is None: return blocks
+    try: rx = re.compile(module_filter)
+    except re.error as e:
+        raise GradianError(f"module filter {module_filter!r} is not a valid regular expression: {e}") from None
+    kept = [b for b in blocks if rx.search(b.module)]
+    if not kept:
+        raise GradianError(f"module filter {module_filter!r} matches none of the {len(blocks)} LoRA blocks; "
+                           f"adapted modules: {_summary(blocks)}",
+                           fix="use a regular expression that matches some of these module names, e.g. 'v_proj'")
+    return kept
+
+# %% ../../nbs/06_model.core.ipynb #9068629e
 def lora_blocks(model, module_filter:str|None=None) -> list[LoraBlock]:
-    "The LoRA blocks (one per lora_A and lora_B Linear of each adapted module) of the active adapter(s), optionally filtered."
+    "The LoRA blocks (one per lora_A and lora_B Linear of each adapted module) of the active adapter(s), filtered."
     from peft.tuners.lora import LoraLayer
     blocks = []
     for path, m in model.named_modules():
@@ -298,13 +337,8 @@ def lora_blocks(model, module_filter:str|None=None) -> list[LoraBlock]:
             if ad not in m.lora_A: continue
             for kind, lin in (("A", m.lora_A[ad]), ("B", m.lora_B[ad])):
                 w = lin.weight; sfx = "" if ad == "default" else f".{ad}"
-                blocks.append(LoraBlock(f"{_short(path)}.lora_{kind}{sfx}", _short(path), kind, tuple(w.shape), w.numel(), f"{path}.lora_{kind}.{ad}", ad))
+                blocks.append(LoraBlock(f"{_short(path)}.lora_{kind}{sfx}", _short(path), kind, tuple(w.shape),
+                                        w.numel(), f"{path}.lora_{kind}.{ad}", ad))
     if not blocks: raise GradianError("no LoRA blocks found: the adapter is not attached (or it is not a LoRA adapter)",
                                       fix="pass --adapter DIR with a PEFT LoRA adapter, or attach_lora(model) first")
-    if module_filter is None: return blocks
-    try: rx = re.compile(module_filter)
-    except re.error as e: raise GradianError(f"module filter {module_filter!r} is not a valid regular expression: {e}") from None
-    kept = [b for b in blocks if rx.search(b.module)]
-    if not kept: raise GradianError(f"module filter {module_filter!r} matches none of the {len(blocks)} LoRA blocks; adapted modules: {_summary(blocks)}",
-                                    fix="use a regular expression that matches some of these module names, e.g. 'v_proj'")
-    return kept
+    return _filtered(blocks, module_filter)

@@ -25,7 +25,8 @@ def embedded_model_path() -> Path:
     "Path of the embedded SmolLM2-135M-Instruct GGUF, found through package metadata (nothing is imported)."
     try: dist = importlib.metadata.distribution(EMBEDDED_DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
-        raise GradianError(f"the embedded model is not installed (package '{EMBEDDED_DISTRIBUTION}')", fix=f"run `{EMBEDDED_INSTALL}`") from None
+        raise GradianError(f"the embedded model is not installed (package '{EMBEDDED_DISTRIBUTION}')",
+                           fix=f"run `{EMBEDDED_INSTALL}`") from None
     hits = [f for f in (dist.files or []) if f.name == EMBEDDED_GGUF]
     path = Path(dist.locate_file(hits[0])) if hits else None
     if path is None or not path.exists():

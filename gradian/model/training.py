@@ -30,12 +30,15 @@ def loss_curve(log_history:list) -> list[dict]:
 # %% ../../nbs/11_model.training.ipynb #e73703a8
 TRAIN_MANIFEST = "train_manifest.json"
 MANIFEST_SCHEMA = 1
-TRAIN_VERSIONED = ("torch", "transformers", "peft", "accelerate", "datasets")   # a backend adds its own (trl)
+# a backend adds its own (trl, unsloth)
+TRAIN_VERSIONED = ("torch", "transformers", "peft", "accelerate", "datasets")
 
 # %% ../../nbs/11_model.training.ipynb #fb1fc0ed
 def _model_identity(model_ref, model) -> dict:
-    "Reference and content identity of the base model: the file hash of a .gguf (also behind 'embedded'), the config hash always."
-    d = dict(ref=None if model_ref is None else str(model_ref), name_or_path=getattr(getattr(model, "config", None), "name_or_path", None))
+    """Reference and content identity of the base model: the file hash of a .gguf (also behind 'embedded'),
+    the config hash always, and the weights' fingerprint."""
+    d = dict(ref=None if model_ref is None else str(model_ref),
+             name_or_path=getattr(getattr(model, "config", None), "name_or_path", None))
     if model_ref is not None:
         from gradian.model.core import _from_pretrained_args
         src, kw = _from_pretrained_args(model_ref)
@@ -44,36 +47,51 @@ def _model_identity(model_ref, model) -> dict:
     if cfg is not None: d.update(model_type=cfg.model_type, config_sha256_16=stable_hash(cfg.to_diff_dict()))
     if model is not None:
         from gradian.provenance import model_fingerprint
-        d["fingerprint"] = model_fingerprint(model)       # content of the base weights: what `gradian analyze` checks an adapter against
+        # content of the base weights: what `gradian analyze` checks an adapter against
+        d["fingerprint"] = model_fingerprint(model)
     return d
 
 # %% ../../nbs/11_model.training.ipynb #0028cdfd
-def build_manifest(backend:str, run:TrainRun, spec:TrainSpec, model_ref, base_model, tokenizer, examples, rows, dropped, findings, data_source=None,
-                   masked=()) -> dict:
-    "The `train_manifest.json` content of one training run."
+def _data_record(examples, rows, dropped, data_source=None, masked=()) -> dict:
+    "The manifest's `data` section: what was given, what was trained on, and a hash of each."
+    return dict(source=None if data_source is None else str(data_source), n_examples=len(examples),
+                n_trained=len(rows), left_out_ids=list(dropped), masked_ids=sorted(map(str, masked)),
+                examples_sha256_16=stable_hash([[e.id, e.messages] for e in examples]),
+                rows_sha256_16=stable_hash([[r["input_ids"], r["labels"]] for r in rows]),
+                n_supervised_tokens=sum(sum(l != IGNORE for l in r["labels"][1:]) for r in rows))
+
+# %% ../../nbs/11_model.training.ipynb #e2fe8450
+def _result_record(run:TrainRun) -> dict:
+    "The manifest's `result` section: steps, runtime, and the loss curve with its first and last loss."
     curve = loss_curve(run.log_history)
+    return dict(global_step=run.global_step, epoch=run.epoch, runtime_s=round(run.runtime_s, 3),
+                first_loss=curve[0]["loss"] if curve else None, final_loss=curve[-1]["loss"] if curve else None,
+                loss_curve=curve)
+
+# %% ../../nbs/11_model.training.ipynb #73095d36
+def build_manifest(backend:str, run:TrainRun, spec:TrainSpec, model_ref, base_model, tokenizer, examples, rows, dropped,
+                   findings, data_source=None, masked=()) -> dict:
+    "The `train_manifest.json` content of one training run."
     tpl = getattr(tokenizer, "chat_template", None)
     return dict(schema_version=MANIFEST_SCHEMA, kind="gradian.train", backend=backend,
-        model=_model_identity(model_ref, base_model),
-        tokenizer=dict(name_or_path=getattr(tokenizer, "name_or_path", None), chat_template_sha256_16=stable_hash(tpl) if tpl else None),
-        data=dict(source=None if data_source is None else str(data_source), n_examples=len(examples), n_trained=len(rows),
-                  left_out_ids=list(dropped), masked_ids=sorted(map(str, masked)), examples_sha256_16=stable_hash([[e.id, e.messages] for e in examples]),
-                  rows_sha256_16=stable_hash([[r["input_ids"], r["labels"]] for r in rows]),
-                  n_supervised_tokens=sum(sum(l != IGNORE for l in r["labels"][1:]) for r in rows)),
-        training={**asdict(spec.training), "max_seq_length": spec.max_seq_length, "device": spec.device, "dtype": spec.dtype},
-        loss_normalization=run.loss_normalization,
-        findings=[dict(check_id=f.check_id, severity=f.severity, count=f.count) for f in findings],
-        versions={**library_versions(TRAIN_VERSIONED), **run.versions},
-        result=dict(global_step=run.global_step, epoch=run.epoch, runtime_s=round(run.runtime_s, 3),
-                    first_loss=curve[0]["loss"] if curve else None, final_loss=curve[-1]["loss"] if curve else None,
-                    loss_curve=curve))
+                model=_model_identity(model_ref, base_model),
+                tokenizer=dict(name_or_path=getattr(tokenizer, "name_or_path", None),
+                               chat_template_sha256_16=stable_hash(tpl) if tpl else None),
+                data=_data_record(examples, rows, dropped, data_source, masked),
+                training={**asdict(spec.training), "max_seq_length": spec.max_seq_length, "device": spec.device,
+                          "dtype": spec.dtype},
+                loss_normalization=run.loss_normalization,
+                findings=[dict(check_id=f.check_id, severity=f.severity, count=f.count) for f in findings],
+                versions={**library_versions(TRAIN_VERSIONED), **run.versions}, result=_result_record(run))
 
 # %% ../../nbs/11_model.training.ipynb #ce03fae5
 def _check_out(out, overwrite:bool) -> Path:
     out = Path(out).expanduser()
-    if out.exists() and not out.is_dir(): raise GradianError(f"--out {out} is a file, not a folder", fix="choose a folder path for the adapter")
+    if out.exists() and not out.is_dir():
+        raise GradianError(f"--out {out} is a file, not a folder", fix="choose a folder path for the adapter")
     if out.exists() and any(out.iterdir()) and not overwrite:
-        raise GradianError(f"--out {out} already exists and is not empty", fix="choose another --out, or pass --overwrite to replace it")
+        raise GradianError(f"--out {out} already exists and is not empty",
+                           fix="choose another --out, or pass --overwrite to replace it")
     return out
 
 # %% ../../nbs/11_model.training.ipynb #2e62f2e8
@@ -84,18 +102,21 @@ def _umask_permissions(folder:Path) -> None:
     for p in folder.iterdir(): os.chmod(p, 0o666 & ~mask)
 
 # %% ../../nbs/11_model.training.ipynb #6d0699b4
+def _write_adapter(model, folder:Path, manifest:dict):
+    "Save `model`'s adapter into `folder`, then the manifest with a hash of every adapter file, then the permissions."
+    model.save_pretrained(str(folder))
+    files = sorted(p.name for p in folder.iterdir())
+    write_json(folder/TRAIN_MANIFEST, {**manifest, "adapter": {f: hash_file(folder/f) for f in files}})
+    _umask_permissions(folder)
+
+# %% ../../nbs/11_model.training.ipynb #e596812b
 def save_adapter(model, out, manifest:dict, overwrite:bool=False) -> Path:
     "Write `model`'s PEFT adapter and `train_manifest.json` to `out` atomically (temp folder + rename)."
     out = _check_out(out, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    old = None
+    tmp, old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-")), None
     try:
-        model.save_pretrained(str(tmp))
-        files = sorted(p.name for p in tmp.iterdir())
-        manifest = {**manifest, "adapter": {f: hash_file(tmp/f) for f in files}}
-        write_json(tmp/TRAIN_MANIFEST, manifest)
-        _umask_permissions(tmp)
+        _write_adapter(model, tmp, manifest)
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.getpid()}-{time.time_ns()}"
             os.rename(out, old)
@@ -125,7 +146,8 @@ def _resolve(cfg, backend, max_seq_length, dtype, device, overrides) -> tuple[Tr
 
 # %% ../../nbs/11_model.training.ipynb #04325731
 def _log_findings(findings, log):
-    log(f"pre-flight checks ({len(findings)} finding{'s' if len(findings) != 1 else ''}, most severe first):" if findings else "pre-flight checks: no findings")
+    log(f"pre-flight checks ({len(findings)} finding{'s' if len(findings) != 1 else ''}, most severe first):"
+        if findings else "pre-flight checks: no findings")
     if findings:
         for line in format_findings(findings).splitlines(): log("  " + line)
 
@@ -136,18 +158,31 @@ def _preflight(examples, tokenizer, max_seq_length:int, log) -> tuple[list, list
     findings = run_checks(CheckContext(examples, tokenizer=tokenizer, max_seq_length=max_seq_length))
     _log_findings(findings, log)
     rows, dropped = training_rows(examples, tokenizer, max_seq_length)
-    if dropped: log(f"left out {len(dropped)} example(s) with no supervised token within max_seq_length: {', '.join(dropped[:5])}" + (" ..." if len(dropped) > 5 else ""))
+    if dropped:
+        log(f"left out {len(dropped)} example(s) with no supervised token within max_seq_length: "
+            f"{', '.join(dropped[:5])}" + (" ..." if len(dropped) > 5 else ""))
     return findings, rows, dropped
 
 # %% ../../nbs/11_model.training.ipynb #d93b21cd
 def mask_rows(rows:list[dict], ids) -> list[dict]:
-    "`rows` with the examples `ids` kept in place but given no target (labels all -100): out of the loss, not out of the batches."
-    exact, by_text = {r["id"] for r in rows}, {str(r["id"]): r["id"] for r in rows}    # "7" from a command line names id 7
+    """`rows` with the examples `ids` kept in place but without a target (labels all -100): out of the loss,
+    not out of the batches."""
+    exact, by_text = {r["id"] for r in rows}, {str(r["id"]): r["id"] for r in rows}    # "7" on a command line: id 7
     ids = {i if i in exact else by_text.get(str(i), i) for i in ids}
     if unknown := sorted(map(str, ids - exact)):
-        raise GradianError(f"mask_ids names {len(unknown)} example(s) that are not training rows: {', '.join(unknown[:5])}",
-                           fix="pass ids of the training data (an example left out for lack of a target cannot be masked)")
+        raise GradianError(f"mask_ids names {len(unknown)} example(s) that are not training rows: "
+                           f"{', '.join(unknown[:5])}", fix="pass ids of the training data "
+                           "(an example left out for lack of a target cannot be masked)")
     return [dict(r, labels=[IGNORE] * len(r["labels"])) if r["id"] in ids else r for r in rows]
+
+# %% ../../nbs/11_model.training.ipynb #c1d2be5c
+def _apply_mask(rows:list[dict], mask_ids, log) -> tuple[list[dict], set]:
+    "(rows with `mask_ids` masked, the ids masked), logged; `rows` itself when there is nothing to mask."
+    if not len(mask_ids): return rows, set()
+    masked_rows = mask_rows(rows, mask_ids)
+    masked = {a["id"] for a, b in zip(rows, masked_rows) if a is not b}
+    log(f"masked {len(masked)} example(s): in the batches, out of the loss")
+    return masked_rows, masked
 
 # %% ../../nbs/11_model.training.ipynb #7d8278e6
 @dataclass
@@ -167,15 +202,18 @@ def _load_inputs(data, model, tokenizer, split) -> tuple[list, Any, bool]:
     examples = data if isinstance(data, list) and data and isinstance(data[0], Example) else load_train(data, split)
     is_ref = isinstance(model, (str, Path))
     if tokenizer is None:
-        if not is_ref: raise GradianError("a model object needs its tokenizer", fix="pass tokenizer=..., or pass the model as a reference")
+        if not is_ref:
+            raise GradianError("a model object needs its tokenizer",
+                               fix="pass tokenizer=..., or pass the model as a reference")
         from gradian.model.core import load_tokenizer
         tokenizer = load_tokenizer(model)
     return examples, tokenizer, is_ref
 
 # %% ../../nbs/11_model.training.ipynb #da9e5d2d
-def train_adapter(data, out, model="embedded", tokenizer=None, cfg=None, backend:str|None=None, max_seq_length:int|None=None,
-                  dtype:str|None=None, device:str|None=None, overwrite:bool=False, callbacks=(), progress:bool=False,
-                  log:Callable|None=print, split:str|None=None, mask_ids=(), **training) -> TrainResult:
+def train_adapter(data, out, model="embedded", tokenizer=None, cfg=None, backend:str|None=None,
+                  max_seq_length:int|None=None, dtype:str|None=None, device:str|None=None, overwrite:bool=False,
+                  callbacks=(), progress:bool=False, log:Callable|None=print, split:str|None=None, mask_ids=(),
+                  **training) -> TrainResult:
     """Train a LoRA adapter on `data` with a registered backend and write it (plus `train_manifest.json`) to `out`.
     `mask_ids`: examples that stay in the batches but carry no loss (see `mask_rows`)."""
     log = log or (lambda s: None)
@@ -183,20 +221,19 @@ def train_adapter(data, out, model="embedded", tokenizer=None, cfg=None, backend
     be = get_backend(tc.backend); be.check_ready()
     out = _check_out(out, overwrite)
     examples, tokenizer, is_ref = _load_inputs(data, model, tokenizer, split)
-    log(f"gradian train: backend {tc.backend}, model {model if is_ref else type(model).__name__}, {len(examples)} examples, "
-        f"max_seq_length {msl}, device {device}")
+    log(f"gradian train: backend {tc.backend}, model {model if is_ref else type(model).__name__}, "
+        f"{len(examples)} examples, max_seq_length {msl}, device {device}")
     findings, rows, dropped = _preflight(examples, tokenizer, msl, log)
-    masked = set()
-    if len(mask_ids):
-        kept, rows = rows, mask_rows(rows, mask_ids); masked = {a["id"] for a, b in zip(kept, rows) if a is not b}
-        log(f"masked {len(masked)} example(s): in the batches, out of the loss")
+    rows, masked = _apply_mask(rows, mask_ids, log)
     with tempfile.TemporaryDirectory(prefix="gradian-train-") as work:
         spec = TrainSpec(tc, msl, Path(work), device, dtype, list(callbacks), progress, log)
         run = be.train(model, tokenizer, rows, spec)
     base = run.model.get_base_model() if hasattr(run.model, "get_base_model") else run.model
-    manifest = build_manifest(tc.backend, run, spec, model if is_ref else None, base, tokenizer, examples, rows, dropped, findings,
-                              data_source=str(data) if isinstance(data, (str, Path)) else type(data).__name__, masked=masked)
+    source = str(data) if isinstance(data, (str, Path)) else type(data).__name__
+    manifest = build_manifest(tc.backend, run, spec, model if is_ref else None, base, tokenizer, examples, rows,
+                              dropped, findings, data_source=source, masked=masked)
     save_adapter(run.model, out, manifest, overwrite=overwrite)
     res = TrainResult(out, json.loads((out/TRAIN_MANIFEST).read_text()), findings, run.model)
-    log(f"adapter written to {out} ({run.global_step} steps, loss {res.losses[0]:.4f} -> {res.losses[-1]:.4f})" if res.losses else f"adapter written to {out}")
+    log(f"adapter written to {out} ({run.global_step} steps, loss {res.losses[0]:.4f} -> {res.losses[-1]:.4f})"
+        if res.losses else f"adapter written to {out}")
     return res

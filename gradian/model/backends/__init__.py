@@ -1,4 +1,4 @@
-"""Training seam: one registry of LoRA trainers (hf, trl, unsloth) and the rows, collator and trainer arguments they share.
+"""Training seam: a registry of LoRA trainers (hf, trl, unsloth) and the rows, collator and arguments they share.
 
 Docs: https://gradian-dev.github.io/gradian/model.backends.html.md"""
 
@@ -10,6 +10,8 @@ import importlib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
+
+from fastcore.basics import patch
 
 from ...core import GradianError
 from ...config import TrainingConfig
@@ -71,27 +73,33 @@ class Backend:
     def status(self) -> tuple[bool, str]:
         "(ready, reason), without side effects."
         return True, "ready"
-    def check_ready(self) -> None:
-        "Raise a `GradianError` with the fix when this backend cannot run here."
-        ok, why = self.status()
-        if not ok: raise GradianError(f"the '{self.name}' training backend cannot run here: {why}", fix=self.install_hint or None)
-    def train(self, model, tokenizer, rows:list[dict], spec:TrainSpec) -> TrainRun:
-        raise NotImplementedError
+    def train(self, model, tokenizer, rows:list[dict], spec:TrainSpec) -> TrainRun: raise NotImplementedError
     def __repr__(self): return f"{type(self).__name__}(name={self.name!r})"
+
+# %% ../../../nbs/07_model.backends.ipynb #c804d173
+@patch
+def check_ready(self:Backend) -> None:
+    "Raise a `GradianError` with the fix when this backend cannot run here."
+    ok, why = self.status()
+    if not ok:
+        raise GradianError(f"the '{self.name}' training backend cannot run here: {why}", fix=self.install_hint or None)
 
 # %% ../../../nbs/07_model.backends.ipynb #189849e5
 IGNORE = -100
 
 def training_rows(examples, tokenizer, max_seq_length:int) -> tuple[list[dict], list[str]]:
-    "Rows `{id, input_ids, labels}` (labels = -100 outside the supervision mask) and the ids of rows left out for lack of a target."
+    """Rows `{id, input_ids, labels}` (labels = -100 outside the supervision mask) and the ids of rows
+    left out for lack of a target."""
     from gradian.data import tokenize_examples
     rows, dropped = [], []
     for t in tokenize_examples(examples, tokenizer, max_seq_length):
         if not any(t.supervised[1:]): dropped.append(t.id); continue
         labels = [i if s else IGNORE for i, s in zip(t.input_ids, t.supervised)]
         rows.append(dict(id=t.id, input_ids=list(t.input_ids), labels=labels))
-    if not rows: raise GradianError(f"none of the {len(dropped)} examples has a supervised token left within max_seq_length={max_seq_length}",
-                                    fix="raise --max-seq-length, or check that the rows have assistant answers")
+    if not rows:
+        raise GradianError(f"none of the {len(dropped)} examples has a supervised token left within "
+                           f"max_seq_length={max_seq_length}",
+                           fix="raise --max-seq-length, or check that the rows have assistant answers")
     return rows, dropped
 
 # %% ../../../nbs/07_model.backends.ipynb #3e9cd27b
@@ -111,15 +119,20 @@ class CausalCollator:
         return dict(input_ids=ids, attention_mask=att, labels=labels)
 
 # %% ../../../nbs/07_model.backends.ipynb #3c3e2678
+def _checkpointing_key() -> str:
+    "The name of `TrainingArguments`' gradient-checkpointing switch in the installed transformers."
+    from transformers import TrainingArguments
+    names = {f.name for f in fields(TrainingArguments)}
+    return "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
+
+# %% ../../../nbs/07_model.backends.ipynb #bfa7b406
 def trainer_arguments(spec:TrainSpec) -> dict:
     "Keyword arguments for `transformers.TrainingArguments` (and TRL's `SFTConfig`) from a `TrainSpec`."
-    from transformers import TrainingArguments
     t = spec.training
-    ckpt = "activation_checkpointing" if "activation_checkpointing" in {f.name for f in fields(TrainingArguments)} else "gradient_checkpointing"
     return dict(output_dir=str(spec.work_dir), per_device_train_batch_size=t.batch_size, gradient_accumulation_steps=1,
-                num_train_epochs=t.epochs, max_steps=t.max_steps if t.max_steps else -1,
-                learning_rate=t.lr, lr_scheduler_type=t.lr_scheduler, warmup_steps=t.warmup_steps, weight_decay=t.weight_decay,
+                num_train_epochs=t.epochs, max_steps=t.max_steps if t.max_steps else -1, learning_rate=t.lr,
+                lr_scheduler_type=t.lr_scheduler, warmup_steps=t.warmup_steps, weight_decay=t.weight_decay,
                 optim="adamw_torch", max_grad_norm=1.0, seed=t.seed, data_seed=t.seed,
                 logging_steps=t.logging_steps, logging_first_step=True, save_strategy="no", report_to="none",
-                disable_tqdm=True, bf16=False, fp16=False, **{ckpt: False},
+                disable_tqdm=True, bf16=False, fp16=False, **{_checkpointing_key(): False},
                 use_cpu=spec.device == "cpu", dataloader_num_workers=0, remove_unused_columns=True)

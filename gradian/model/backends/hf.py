@@ -1,4 +1,4 @@
-"""The `hf` training backend: transformers `Trainer` with a PEFT LoRA adapter, plus the trainer plumbing (progress, loss lines) the other backends reuse.
+"""The `hf` backend: transformers `Trainer` with a PEFT LoRA adapter, and the plumbing (progress, loss) others reuse.
 
 Docs: https://gradian-dev.github.io/gradian/model.backends.hf.html.md"""
 
@@ -27,7 +27,8 @@ class LossLogger(TrainerCallback):
     def __init__(self, log=print, progress:bool=False, desc:str="training"):
         self.log, self.progress, self.desc, self.bar = log, progress, desc, None
     def on_train_begin(self, args, state, control, **kw):
-        self.bar = tqdm(total=state.max_steps, desc=self.desc, unit="step", file=sys.stderr, disable=not self.progress, dynamic_ncols=True)
+        self.bar = tqdm(total=state.max_steps, desc=self.desc, unit="step", file=sys.stderr, disable=not self.progress,
+                        dynamic_ncols=True)
     def on_step_end(self, args, state, control, **kw):
         if self.bar is not None: self.bar.update(1)
     def on_train_end(self, args, state, control, **kw):
@@ -50,8 +51,8 @@ class _Rows(torch.utils.data.Dataset):
     def __getitem__(self, i): return self.rows[i]
 
 # %% ../../../nbs/08_model.backends.hf.ipynb #e91af0a0
-HF_LOSS = ("token mean per optimizer step: summed cross-entropy over the step's supervised target tokens divided by their "
-           "count (transformers num_items_in_batch); examples weigh by answer length")
+HF_LOSS = ("token mean per optimizer step: summed cross-entropy over the step's supervised target tokens divided "
+           "by their count (transformers num_items_in_batch); examples weigh by answer length")
 
 class HFBackend(Backend):
     "transformers `Trainer` + PEFT LoRA, on CPU or GPU."
@@ -69,23 +70,27 @@ def load(self:HFBackend, model_ref, spec:TrainSpec):
     from gradian.model.core import load_model
     return load_model(model_ref, dtype=spec.dtype, device="cpu")[0]
 
+# %% ../../../nbs/08_model.backends.hf.ipynb #21e99e77
 @patch
 def add_lora(self:HFBackend, model, spec:TrainSpec):
     from gradian.model.core import attach_lora
     t = spec.training
-    return attach_lora(model, r=t.r, alpha=t.alpha, dropout=t.dropout, target_modules=t.target_modules, seed=t.seed, init="default")
+    return attach_lora(model, r=t.r, alpha=t.alpha, dropout=t.dropout, target_modules=t.target_modules,
+                       seed=t.seed, init="default")
 
 # %% ../../../nbs/08_model.backends.hf.ipynb #94ff3ed4
 @patch
 def make_trainer(self:HFBackend, model, tokenizer, rows:list[dict], spec:TrainSpec):
     args = TrainingArguments(**trainer_arguments(spec))
     cbs = [LossLogger(spec.log, spec.progress, f"training ({self.name})"), *spec.callbacks]
-    return Trainer(model=model, args=args, train_dataset=_Rows(rows), data_collator=CausalCollator(tokenizer.pad_token_id), callbacks=cbs)
+    return Trainer(model=model, args=args, train_dataset=_Rows(rows),
+                   data_collator=CausalCollator(tokenizer.pad_token_id), callbacks=cbs)
 
 # %% ../../../nbs/08_model.backends.hf.ipynb #1c8cbe39
 def floor_targets(trainer) -> None:
-    """Make a step whose rows carry no target (every row masked, see `train_adapter(mask_ids=...)`) a zero-loss step instead of 0/0:
-    the target count `num_items_in_batch` is floored at 1. Steps with a target are untouched."""
+    """Make a step whose rows carry no target (every row masked, see `train_adapter(mask_ids=...)`) a
+    zero-loss step instead of 0/0: the target count `num_items_in_batch` is floored at 1. Steps with a
+    target are untouched."""
     inner = trainer.compute_loss
     def compute_loss(model, inputs, *args, num_items_in_batch=None, **kw):
         if torch.is_tensor(num_items_in_batch): num_items_in_batch = num_items_in_batch.clamp(min=1)

@@ -1,4 +1,4 @@
-"""The `trl` training backend: TRL's `SFTTrainer` on Gradian's rows, with the answer-only mask passed as TRL's completion mask, and where its adapters differ from the `hf` backend's.
+"""The `trl` backend: TRL's `SFTTrainer` on Gradian's rows and answer mask, and how its adapters differ from `hf`'s.
 
 Docs: https://gradian-dev.github.io/gradian/model.backends.trl.html.md"""
 
@@ -19,12 +19,14 @@ from .hf import HFBackend, LossLogger, run_trainer
 __all__ = ['TRL_LOSS', 'TRL_LOSS_MODEL', 'trl_loss_note', 'sft_config', 'TRLBackend']
 
 # %% ../../../nbs/09_model.backends.trl.ipynb #6ea6b701
-TRL_LOSS = ("token mean per optimizer step (like hf), computed by TRL's fused LM head: per-token log-probs from a tiled "
-            "online log-sum-exp over the vocabulary, without materialising the logits")
-TRL_LOSS_MODEL = "token mean per optimizer step (like hf), computed by the model's own cross-entropy (this TRL has no fused LM head)"
+TRL_LOSS = ("token mean per optimizer step (like hf), computed by TRL's fused LM head: per-token log-probs from a "
+            "tiled online log-sum-exp over the vocabulary, without materialising the logits")
+TRL_LOSS_MODEL = ("token mean per optimizer step (like hf), computed by the model's own cross-entropy "
+                  "(this TRL has no fused LM head)")
 
 def trl_loss_note() -> str:
-    "How the installed TRL computes the SFT loss: with its fused LM head (TRL 1.x) or through the model's own loss (older TRL)."
+    """How the installed TRL computes the SFT loss: with its fused LM head (TRL 1.x) or through the model's own loss
+    (older TRL)."""
     import trl.trainer.utils as u
     return TRL_LOSS if hasattr(u, "add_fused_lm_head") else TRL_LOSS_MODEL
 
@@ -49,7 +51,7 @@ def _sft_trainer_cls():
 
 # %% ../../../nbs/09_model.backends.trl.ipynb #82b8af17
 def sft_config(spec:TrainSpec):
-    "TRL `SFTConfig` from the shared trainer arguments plus answer-only, no-packing settings, limited to the fields this TRL has."
+    "TRL `SFTConfig`: the shared trainer arguments plus answer-only, no-packing settings (those this TRL has)."
     import dataclasses
     from trl import SFTConfig
     have = {f.name for f in dataclasses.fields(SFTConfig)}
@@ -72,27 +74,31 @@ class TRLBackend(HFBackend):
 
 # %% ../../../nbs/09_model.backends.trl.ipynb #4f31c511
 def _check_trl_labels(trainer, rows:list[dict], chunk:int=256) -> None:
-    "Refuse to train unless the labels TRL's dataset and collator produce are Gradian's labels, row by row (-100 on padding)."
+    "Refuse to train unless TRL's dataset and collator produce Gradian's labels, row by row (-100 on padding)."
     ds, coll = trainer.train_dataset, trainer.data_collator
     if len(ds) != len(rows):
-        raise GradianError(f"TRL kept {len(ds)} of {len(rows)} training rows; Gradian's rows must reach the trainer unchanged",
+        raise GradianError(f"TRL kept {len(ds)} of {len(rows)} training rows; "
+                           "Gradian's rows must reach the trainer unchanged",
                            fix="report this with your trl version; use --backend hf meanwhile")
     for s in range(0, len(rows), chunk):
         labels = coll([ds[i] for i in range(s, min(s + chunk, len(rows)))])["labels"]
         for r, got in zip(rows[s:s + chunk], labels):
             k = len(r["labels"])
             if got[:k].tolist() != r["labels"] or bool((got[k:] != IGNORE).any()):
-                raise GradianError(f"TRL built labels for example {r['id']!r} that differ from Gradian's supervision mask",
+                raise GradianError(f"TRL built labels for example {r['id']!r} that differ from "
+                                   "Gradian's supervision mask",
                                    fix="report this with your trl version; use --backend hf meanwhile")
 
 # %% ../../../nbs/09_model.backends.trl.ipynb #0a7ba968
 @patch
 def make_trainer(self:TRLBackend, model, tokenizer, rows:list[dict], spec:TrainSpec):
     import datasets
-    ds = datasets.Dataset.from_list([{"input_ids": r["input_ids"], "completion_mask": [int(l != IGNORE) for l in r["labels"]]} for r in rows])
+    mask = lambda r: [int(l != IGNORE) for l in r["labels"]]
+    ds = datasets.Dataset.from_list([{"input_ids": r["input_ids"], "completion_mask": mask(r)} for r in rows])
     cbs = [LossLogger(spec.log, spec.progress, f"training ({self.name})"), *spec.callbacks]
     with _quiet_datasets():
-        tr = self.trainer_cls()(model=model, args=sft_config(spec), train_dataset=ds, processing_class=tokenizer, callbacks=cbs)
+        tr = self.trainer_cls()(model=model, args=sft_config(spec), train_dataset=ds, processing_class=tokenizer,
+                                callbacks=cbs)
     _check_trl_labels(tr, rows)
     return tr
 
@@ -102,4 +108,5 @@ def train(self:TRLBackend, model, tokenizer, rows:list[dict], spec:TrainSpec) ->
     self.check_ready()
     if isinstance(model, (str, Path)): model = self.load(model, spec)
     model = self.add_lora(model, spec)
-    return run_trainer(self.make_trainer(model, tokenizer, rows, spec), spec, trl_loss_note(), {"trl": importlib.metadata.version("trl")})
+    return run_trainer(self.make_trainer(model, tokenizer, rows, spec), spec, trl_loss_note(),
+                       {"trl": importlib.metadata.version("trl")})

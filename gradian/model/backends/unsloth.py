@@ -1,4 +1,4 @@
-"""The `unsloth` training backend (GPU only, imported lazily) and the compatibility shim that lets gradients be taken on unsloth models and plain transformers run after unsloth in the same process.
+"""The `unsloth` backend (GPU only, imported lazily) and the shim for gradients and plain transformers after it.
 
 Docs: https://gradian-dev.github.io/gradian/model.backends.unsloth.html.md"""
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from fastcore.basics import patch
 
 from ...core import GradianError
 from . import TrainRun, TrainSpec
@@ -22,8 +23,8 @@ __all__ = ['UNSLOTH_INSTALL', 'UNSLOTH_ARCHS', 'SHARED_MODULES', 'UNSLOTH_LOSS',
            'gradient_state', 'unsloth_compat_report', 'UnslothBackend']
 
 # %% ../../../nbs/10_model.backends.unsloth.ipynb #1a0d815c
-UNSLOTH_INSTALL = ("on a CUDA machine: pip install -c constraints/unsloth.txt -e '.[trl]' && pip install unsloth unsloth_zoo "
-                   "(see constraints/unsloth.txt for the torch/transformers/trl/datasets window)")
+UNSLOTH_INSTALL = ("on a CUDA machine: pip install -c constraints/unsloth.txt -e '.[trl]' && pip install unsloth "
+                   "unsloth_zoo (see constraints/unsloth.txt for the torch/transformers/trl/datasets window)")
 
 def unsloth_status() -> tuple[bool, str]:
     "(ready, reason) for the unsloth backend, from package metadata and CUDA; unsloth itself is not imported."
@@ -37,14 +38,19 @@ def unsloth_status() -> tuple[bool, str]:
 def _import_unsloth():
     "Import unsloth (after the readiness checks) and return `FastLanguageModel`."
     ok, why = unsloth_status()
-    if not ok: raise GradianError(f"the 'unsloth' training backend cannot run here: {why}", fix=f"use --backend hf or trl here, or {UNSLOTH_INSTALL}")
+    if not ok:
+        raise GradianError(f"the 'unsloth' training backend cannot run here: {why}",
+                           fix=f"use --backend hf or trl here, or {UNSLOTH_INSTALL}")
     try: from unsloth import FastLanguageModel
-    except Exception as e: raise GradianError(f"unsloth is installed but does not import: {type(e).__name__}: {e}", fix="run `gradian doctor` and fix the versions it flags") from None
+    except Exception as e:
+        raise GradianError(f"unsloth is installed but does not import: {type(e).__name__}: {e}",
+                           fix="run `gradian doctor` and fix the versions it flags") from None
     return FastLanguageModel
 
 # %% ../../../nbs/10_model.backends.unsloth.ipynb #5031a301
 UNSLOTH_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "cohere", "granite", "falcon_h1")
-SHARED_MODULES = ("transformers.modeling_utils", "transformers.trainer", "peft.peft_model", "trl", "trl.trainer.sft_trainer")
+SHARED_MODULES = ("transformers.modeling_utils", "transformers.trainer", "peft.peft_model", "trl",
+                  "trl.trainer.sft_trainer")
 _MISSING = object()
 
 def patch_target_modules(archs=UNSLOTH_ARCHS, extra=SHARED_MODULES) -> list[str]:
@@ -70,7 +76,8 @@ class ForwardSnapshot:
     "Module-level functions/classes and class-level methods of some modules, as they were when taken."
     globals: dict = field(default_factory=dict)     # module name -> {name: object}
     classes: dict = field(default_factory=dict)     # "module.Class" -> (class, {attr: object})
-    unsloth_imported: bool = False                  # unsloth was already imported: its import-time patches are in the snapshot
+    # unsloth was already imported: its import-time patches are in the snapshot
+    unsloth_imported: bool = False
 
 # %% ../../../nbs/10_model.backends.unsloth.ipynb #3556fe05
 def snapshot_modeling_forwards(modules=None, archs=UNSLOTH_ARCHS) -> ForwardSnapshot:
@@ -87,7 +94,8 @@ def snapshot_modeling_forwards(modules=None, archs=UNSLOTH_ARCHS) -> ForwardSnap
 
 # %% ../../../nbs/10_model.backends.unsloth.ipynb #777c9416
 def changed_forwards(snap:ForwardSnapshot) -> list[str]:
-    "Names whose binding differs from `snap` now: 'module:name' globals and 'module.Class.attr' methods ('+' added, '-' removed)."
+    """Names whose binding differs from `snap` now: 'module:name' globals and 'module.Class.attr' methods ('+' added,
+    '-' removed)."""
     out = []
     for name, g in snap.globals.items():
         now = {k: v for k, v in vars(sys.modules[name]).items() if _globalish(v)}
@@ -143,7 +151,7 @@ def _set_env(changes:list, key:str, want:str|None):
 
 # %% ../../../nbs/10_model.backends.unsloth.ipynb #f665005d
 def _clear_model_state(model) -> list[str]:
-    "Checkpointing off, generation flags and fast-LoRA caches removed, use_cache off; one line per kind that was changed."
+    "Checkpointing off, generation flags and fast-LoRA caches removed, use_cache off; one line per kind changed."
     mods = _walk(model)
     n_gc = sum(1 for m in mods if getattr(m, "gradient_checkpointing", False) is True)
     for m in mods:
@@ -156,14 +164,16 @@ def _clear_model_state(model) -> list[str]:
     n_fast = 0
     for p in (model.parameters() if hasattr(model, "parameters") else []):
         if hasattr(p, "_fast_lora"): del p._fast_lora; n_fast += 1
-    return [f"{what}: {n}" for what, n in (("gradient checkpointing off on modules", n_gc), ("inference flags removed", n_flag),
-                                          ("configs with use_cache turned off", n_cache), ("fast-LoRA caches dropped", n_fast)) if n]
+    kinds = (("gradient checkpointing off on modules", n_gc), ("inference flags removed", n_flag),
+             ("configs with use_cache turned off", n_cache), ("fast-LoRA caches dropped", n_fast))
+    return [f"{what}: {n}" for what, n in kinds if n]
 
 # %% ../../../nbs/10_model.backends.unsloth.ipynb #8ec11b23
 def prepare_for_gradients(model) -> list[str]:
     "Put `model` (unsloth-built or not) in the state where its gradients match the HF path; return the changes made."
     if torch.is_inference_mode_enabled():
-        raise GradianError("prepare_for_gradients was called inside torch.inference_mode(), where no gradient can be taken",
+        raise GradianError("prepare_for_gradients was called inside torch.inference_mode(), "
+                           "where no gradient can be taken",
                            fix="call it (and compute gradients) outside the inference_mode block")
     ch = []
     _set_env(ch, "UNSLOTH_RETURN_LOGITS", "1")
@@ -187,45 +197,53 @@ def _patched(model) -> list[str]:
 # %% ../../../nbs/10_model.backends.unsloth.ipynb #037fdf27
 def gradient_state(model) -> dict:
     "What decides whether gradients taken on `model` match the HF path (see `prepare_for_gradients`)."
-    mods = _walk(model)
+    mods, env = _walk(model), os.environ.get
     params = list(model.parameters()) if hasattr(model, "parameters") else []
-    s = dict(
-        fused_cross_entropy_off=os.environ.get("UNSLOTH_RETURN_LOGITS") == "1" and os.environ.get("UNSLOTH_RETURN_HIDDEN_STATES") != "1",
-        gradient_checkpointing_modules=sum(1 for m in mods if getattr(m, "gradient_checkpointing", False) is True),
-        use_cache_configs=sum(1 for c in _configs(model) if c.use_cache),
-        inference_flags=sum(1 for m in mods if "_flag_for_generation" in vars(m)),
-        fast_lora_caches=sum(1 for p in params if hasattr(p, "_fast_lora")),
-        in_inference_mode=torch.is_inference_mode_enabled(), training=bool(getattr(model, "training", False)),
-        trainable_parameters=sum(p.numel() for p in params if p.requires_grad),
-        unsloth_imported="unsloth" in sys.modules, unsloth_forwards=_patched(model))
-    s["ready"] = (s["fused_cross_entropy_off"] and not s["gradient_checkpointing_modules"] and not s["use_cache_configs"]
-                  and not s["inference_flags"] and not s["fast_lora_caches"] and not s["in_inference_mode"] and not s["training"])
+    s = dict(fused_cross_entropy_off=env("UNSLOTH_RETURN_LOGITS") == "1" and env("UNSLOTH_RETURN_HIDDEN_STATES") != "1",
+             gradient_checkpointing_modules=sum(1 for m in mods if getattr(m, "gradient_checkpointing", False) is True),
+             use_cache_configs=sum(1 for c in _configs(model) if c.use_cache),
+             inference_flags=sum(1 for m in mods if "_flag_for_generation" in vars(m)),
+             fast_lora_caches=sum(1 for p in params if hasattr(p, "_fast_lora")),
+             in_inference_mode=torch.is_inference_mode_enabled(), training=bool(getattr(model, "training", False)),
+             trainable_parameters=sum(p.numel() for p in params if p.requires_grad),
+             unsloth_imported="unsloth" in sys.modules, unsloth_forwards=_patched(model))
+    blockers = ("gradient_checkpointing_modules", "use_cache_configs", "inference_flags", "fast_lora_caches",
+                "in_inference_mode", "training")
+    s["ready"] = s["fused_cross_entropy_off"] and not any(s[k] for k in blockers)
     return s
 
 # %% ../../../nbs/10_model.backends.unsloth.ipynb #ae129fdc
+def _report_lines(s:dict) -> list[str]:
+    "The lines of the compatibility report for the state `s` read by `gradient_state`."
+    yes = lambda b: "yes" if b else "NO"
+    n_gc, n_uc = s["gradient_checkpointing_modules"], s["use_cache_configs"]
+    flags, caches, in_inf = s["inference_flags"], s["fast_lora_caches"], s["in_inference_mode"]
+    not_ready = "NOT ready: call gradian.model.backends.unsloth.prepare_for_gradients(model)"
+    return ["unsloth compatibility (gradients must match the HF path)",
+            f"  fused cross-entropy off (UNSLOTH_RETURN_LOGITS=1): {yes(s['fused_cross_entropy_off'])}",
+            f"  gradient checkpointing off:   {yes(not n_gc)} ({n_gc} modules on)",
+            f"  use_cache off:                {yes(not n_uc)} ({n_uc} configs on)",
+            f"  out of inference mode:        {yes(not (flags or caches or in_inf))} ({flags} generation flags, "
+            f"{caches} fast-LoRA caches, torch.inference_mode {in_inf})",
+            f"  eval mode (no dropout):       {yes(not s['training'])}",
+            f"  trainable parameters:         {s['trainable_parameters']:,}",
+            f"  unsloth imported: {s['unsloth_imported']}; unsloth forwards on this model: "
+            f"{', '.join(s['unsloth_forwards']) or 'none'}",
+            "  verdict: " + ("ready for gradients" if s["ready"] else not_ready)]
+
+# %% ../../../nbs/10_model.backends.unsloth.ipynb #aab6d514
 def unsloth_compat_report(model, file=None) -> dict:
     "Print the gradient-relevant state of `model` (fused CE, checkpointing, use_cache, inference mode) and return it."
-    s, file = gradient_state(model), file or sys.stdout
-    yes = lambda b: "yes" if b else "NO"
-    lines = ["unsloth compatibility (gradients must match the HF path)",
-             f"  fused cross-entropy off (UNSLOTH_RETURN_LOGITS=1): {yes(s['fused_cross_entropy_off'])}",
-             f"  gradient checkpointing off:   {yes(not s['gradient_checkpointing_modules'])} ({s['gradient_checkpointing_modules']} modules on)",
-             f"  use_cache off:                {yes(not s['use_cache_configs'])} ({s['use_cache_configs']} configs on)",
-             f"  out of inference mode:        {yes(not (s['inference_flags'] or s['fast_lora_caches'] or s['in_inference_mode']))}"
-             f" ({s['inference_flags']} generation flags, {s['fast_lora_caches']} fast-LoRA caches, torch.inference_mode {s['in_inference_mode']})",
-             f"  eval mode (no dropout):       {yes(not s['training'])}",
-             f"  trainable parameters:         {s['trainable_parameters']:,}",
-             f"  unsloth imported: {s['unsloth_imported']}; unsloth forwards on this model: {', '.join(s['unsloth_forwards']) or 'none'}",
-             "  verdict: " + ("ready for gradients" if s["ready"] else "NOT ready: call gradian.model.backends.unsloth.prepare_for_gradients(model)")]
-    print("\n".join(lines), file=file)
+    s = gradient_state(model)
+    print("\n".join(_report_lines(s)), file=file or sys.stdout)
     return s
 
 # %% ../../../nbs/10_model.backends.unsloth.ipynb #bdea8fa9
-UNSLOTH_LOSS = ("token mean per optimizer step (like hf), computed by unsloth's fused, chunked cross-entropy kernel during "
-                "training (the logits are not materialised)")
+UNSLOTH_LOSS = ("token mean per optimizer step (like hf), computed by unsloth's fused, chunked cross-entropy kernel "
+                "during training (the logits are not materialised)")
 
 def _seed_lora_(model, seed:int) -> None:
-    "Re-draw the LoRA weights exactly as `attach_lora(init='default', seed=seed)` does: lora_A kaiming-uniform range from a seeded CPU generator, lora_B zero."
+    "Re-draw the LoRA weights exactly as `attach_lora(init='default', seed=seed)` does (seeded lora_A, zero lora_B)."
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for n, p in model.named_parameters():
@@ -238,13 +256,14 @@ def _unsloth_source(model_ref) -> str:
     from gradian.model.core import _from_pretrained_args, gguf_cache
     src, kw = _from_pretrained_args(model_ref)
     if not kw: return src
-    cached = gguf_cache(Path(src)/kw["gguf_file"])
-    if cached is None: raise GradianError(f"unsloth cannot read {kw['gguf_file']} and the dequantized cache could not be written", fix="set GRADIAN_CACHE to a writable folder")
+    if (cached := gguf_cache(Path(src)/kw["gguf_file"])) is None:
+        raise GradianError(f"unsloth cannot read {kw['gguf_file']} and the dequantized cache could not be written",
+                           fix="set GRADIAN_CACHE to a writable folder")
     return str(cached)
 
 # %% ../../../nbs/10_model.backends.unsloth.ipynb #2a6a0b1b
 def _unsloth_model(FLM, model_ref, spec:TrainSpec):
-    "The base model loaded by unsloth's `FastLanguageModel` in full precision, with LoRA layers seeded like `attach_lora`."
+    "The base model loaded by unsloth's `FastLanguageModel` in full precision, LoRA layers seeded like `attach_lora`."
     t = spec.training
     m, _ = FLM.from_pretrained(model_name=_unsloth_source(model_ref), max_seq_length=spec.max_seq_length,
                                dtype=getattr(torch, spec.dtype), load_in_4bit=False)
@@ -260,19 +279,22 @@ class UnslothBackend(HFBackend):
     install_hint = f"use --backend hf or trl here, or {UNSLOTH_INSTALL}"
     last_restored: list = []
     def status(self) -> tuple[bool, str]: return unsloth_status()
-    def train(self, model, tokenizer, rows:list[dict], spec:TrainSpec) -> TrainRun:
-        self.check_ready()
-        if not isinstance(model, (str, Path)):
-            raise GradianError("the unsloth backend loads the base model itself", fix="pass the model as a reference (hub id, folder, .gguf or 'embedded')")
-        snap = snapshot_modeling_forwards()
-        if snap.unsloth_imported:
-            spec.log("note: unsloth was imported before training started, so the classes it patched at import time stay patched; "
-                     "for a clean train-then-analyse run, let gradian import unsloth")
-        try:
-            m = _unsloth_model(_import_unsloth(), model, spec)
-            run = run_trainer(self.make_trainer(m, tokenizer, rows, spec), spec, UNSLOTH_LOSS,
-                              {d: importlib.metadata.version(d) for d in ("unsloth", "unsloth_zoo") if importlib.util.find_spec(d)})
-            prepare_for_gradients(run.model)
-            return run
-        finally:
-            self.last_restored = _restore_modeling_forwards(snap)
+
+# %% ../../../nbs/10_model.backends.unsloth.ipynb #1187e11b
+@patch
+def train(self:UnslothBackend, model, tokenizer, rows:list[dict], spec:TrainSpec) -> TrainRun:
+    self.check_ready()
+    if not isinstance(model, (str, Path)):
+        raise GradianError("the unsloth backend loads the base model itself",
+                           fix="pass the model as a reference (hub id, folder, .gguf or 'embedded')")
+    snap = snapshot_modeling_forwards()
+    if snap.unsloth_imported:
+        spec.log("note: unsloth was imported before training started, so the classes it patched at import time "
+                 "stay patched; for a clean train-then-analyse run, let gradian import unsloth")
+    try:
+        m = _unsloth_model(_import_unsloth(), model, spec)
+        versions = {d: importlib.metadata.version(d) for d in ("unsloth", "unsloth_zoo") if importlib.util.find_spec(d)}
+        run = run_trainer(self.make_trainer(m, tokenizer, rows, spec), spec, UNSLOTH_LOSS, versions)
+        prepare_for_gradients(run.model)
+        return run
+    finally: self.last_restored = _restore_modeling_forwards(snap)
