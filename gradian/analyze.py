@@ -137,7 +137,8 @@ def report_provenance(att:Attribution|None, engine:Engine, run:dict, timings:dic
                 engine={**engine.params(), **({"long_examples": "sentence", "sentence_scored": len(sent)} if sent
                                               else {})},
                 query_signal=att.signal if att else "none (nothing gated)",
-                query_signal_why=att.signal_why if att else "", sign_convention=SIGN_CONVENTION, timings=timings,
+                query_signal_why=att.signal_why if att else "", query_set_aside=att.query.set_aside if att else [],
+                sign_convention=SIGN_CONVENTION, timings=timings,
                 signal_comparison=comp.get("signal_comparison", {}), engine_agreement=comp.get("engine_agreement", {}),
                 clustering=(dict(method=cl.method, embedding=cl.embedding, k=cl.k, silhouette=cl.silhouette)
                             if att else {}))

@@ -295,6 +295,10 @@ def _md_provenance(self:Report) -> str:
     rows = [[k, _fmt(v)] for k, v in _flatten(p.get("manifest", {}))]
     parts = [f"Engine: {md_code(json.dumps(p.get('engine')))}",
              f"Query signal: {md_escape(p.get('query_signal'))} ({md_escape(p.get('query_signal_why', ''))})",
+             *([f"Items with a degenerate contrast: "
+                + "; ".join(f"{md_escape(s['item'])} ({md_escape(s['why'])}; queried as {md_escape(s.get('signal', 'classic'))})"
+                            for s in p["query_set_aside"])]
+               if p.get("query_set_aside") else []),
              "Stage timings (seconds): "
              + ", ".join(f"{md_escape(k)} {v:.1f}" for k, v in p.get("timings", {}).items()),
              "", _md_table(rows, ["manifest field", "value"])]

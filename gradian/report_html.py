@@ -154,7 +154,11 @@ def _html_rest(self:Report) -> list[tuple[str, str]]:
                  sortable=False)
     out.append(("Provenance", f"<details><summary>engine, query signal, timings and every manifest field</summary>"
                 f"<p>Engine: <code>{esc(p.get('engine'))}</code>; "
-                f"query signal: {esc(p.get('query_signal'))} ({esc(p.get('query_signal_why', ''))})</p>"
+                f"query signal: {esc(p.get('query_signal'))} ({esc(p.get('query_signal_why', ''))})"
+                + ("; items with a degenerate contrast: "
+                   + "; ".join(f"{esc(s['item'])} ({esc(s['why'])}; queried as {esc(s.get('signal', 'classic'))})"
+                               for s in p["query_set_aside"])
+                   if p.get("query_set_aside") else "") + "</p>"
                 f"{prov}</details>"))
     return out
 

@@ -240,7 +240,7 @@ def hostile_report(s:str):
                   spans=[dict(rank=1, score=-0.9, score_sum=-2.7, tokens=3, text=s),
                          dict(rank=2, score=-0.1, score_sum=-0.3, tokens=3, text="benign")])]
     prov = {"manifest": {"data": {"ref": s}, "meta": {s: s}}, "engine": {"engine": s}, "query_signal": s,
-            "query_signal_why": s, "timings": {s: 1.0},
+            "query_signal_why": s, "query_set_aside": [{"item": s, "why": s, "signal": s}], "timings": {s: 1.0},
             "signal_comparison": dict(leading_topic=s, classic_rank_of_leading_topic=2, n_topics=3,
                                       classic_mean_score_of_accused=0.1, chosen_mean_score_of_accused=-1.0,
                                       spearman_classic_vs_chosen=0.2),

@@ -7,7 +7,7 @@ Docs: https://gradian-dev.github.io/gradian/query.signals.html.md"""
 # %% ../../nbs/23_query.signals.ipynb #277ac301
 from __future__ import annotations
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence
 
 import numpy as np
@@ -20,11 +20,12 @@ from ..engines import QueryVectors
 from ..grads.capture import GradientCapture, iter_batches, supervised_losses
 from ..index.build import make_capture, query_manifest
 from ..index.store import GradientIndex, manifest_projection
+from ..evaluation import normalize_text
 from ..model.core import adapter_disabled
 
 # %% auto #0
-__all__ = ['SIGNALS', 'TEXT_METRICS', 'QueryPair', 'query_pairs', 'span_token_masks', 'minimal_pair', 'query_pairs_for', 'Query',
-           'build_query']
+__all__ = ['SIGNALS', 'TEXT_METRICS', 'QueryPair', 'contrast_problem', 'classic_instead', 'query_pairs', 'span_token_masks',
+           'minimal_pair', 'query_pairs_for', 'Query', 'well_formed', 'build_query']
 
 # %% ../../nbs/23_query.signals.ipynb #aca3dba4
 SIGNALS = ("auto", "classic", "contrastive")
@@ -43,6 +44,8 @@ class QueryPair:
     correct_span: Optional[tuple] = None
     wrong_span: Optional[tuple] = None
     form: str = "whole answers"
+    reference: Optional[str] = None     # the eval reference, where `correct` is built around it (minimal pairs)
+    set_aside: str = ""                 # why a contrastive pair became classic (its contrast was degenerate)
 
 # %% ../../nbs/23_query.signals.ipynb #ae0b379f
 def _why(signal:str, use:str, has_gen:bool, metric:str) -> str:
@@ -54,7 +57,7 @@ def _why(signal:str, use:str, has_gen:bool, metric:str) -> str:
 # %% ../../nbs/23_query.signals.ipynb #81921c21
 def _resolve_signal(signal:str, it:EvalItem, gen:str|None) -> tuple[str, str]:
     "(signal used, reason) for one item; a requested contrastive query without a generation is an error."
-    has_gen = gen is not None and gen.strip() != ""
+    has_gen = gen is not None                      # an empty generation is a degenerate contrast, set aside later
     if signal == "contrastive" and not has_gen:
         raise GradianError(f"contrastive query for item {it.id!r} needs the tuned model's generation, "
                            "and there is none",
@@ -64,6 +67,19 @@ def _resolve_signal(signal:str, it:EvalItem, gen:str|None) -> tuple[str, str]:
     use = "contrastive" if signal == "contrastive" or auto else "classic"
     return use, _why(signal, use, has_gen, it.metric)
 
+# %% ../../nbs/23_query.signals.ipynb #f81f2031
+def contrast_problem(p:QueryPair) -> str|None:
+    "Why contrastive pair `p` has no wrong answer to contrast with its reference (None: it has one)."
+    if p.signal != "contrastive": return None
+    gen, ref = p.wrong or "", p.reference or p.correct
+    if not gen.strip(): return "the tuned model generated nothing"
+    if normalize_text(gen) == normalize_text(ref): return "its generation equals the reference once normalised"
+    return None
+
+def classic_instead(p:QueryPair, why:str) -> QueryPair:
+    "The classic pair (the reference alone) that stands in for contrastive pair `p`, set aside because `why`."
+    return QueryPair(p.item_id, p.prompt, p.reference or p.correct, None, "classic", p.reason, set_aside=why)
+
 # %% ../../nbs/23_query.signals.ipynb #607c4c57
 def query_pairs(items:Sequence[EvalItem], signal:str="auto", generations:dict|None=None) -> list[QueryPair]:
     "One `QueryPair` per item, with the signal it resolves to and the reason."
@@ -72,7 +88,8 @@ def query_pairs(items:Sequence[EvalItem], signal:str="auto", generations:dict|No
     generations, out = generations or {}, []
     for it in items:
         use, reason = _resolve_signal(signal, it, gen := generations.get(it.id))
-        out.append(QueryPair(it.id, it.prompt, it.answers[0], gen if use == "contrastive" else None, use, reason))
+        p = QueryPair(it.id, it.prompt, it.answers[0], gen if use == "contrastive" else None, use, reason)
+        out.append(classic_instead(p, why) if (why := contrast_problem(p)) else p)
     return out
 
 # %% ../../nbs/23_query.signals.ipynb #459589a0
@@ -190,7 +207,7 @@ def minimal_pair(model, tokenizer, item_id:str, prompt:str, generation:str, refe
     p = _best_start(model, tokenizer, prompt, generation, reference, max_words, batch_size, margin)
     correct, cspan, wspan = _pair_from_prefix(generation, reference, p)
     if wspan[0] == wspan[1]: wspan = None               # nothing generated at that point: supervise the whole answer
-    return QueryPair(item_id, prompt, correct, generation, "contrastive", "", cspan, wspan, "minimal pair")
+    return QueryPair(item_id, prompt, correct, generation, "contrastive", "", cspan, wspan, "minimal pair", reference)
 
 # %% ../../nbs/23_query.signals.ipynb #186fb45d
 def query_pairs_for(items:Sequence[EvalItem], signal:str="auto", generations:dict|None=None, model=None, tokenizer=None,
@@ -217,6 +234,12 @@ class Query(QueryVectors):
     losses_correct: Optional[torch.Tensor] = None
     losses_wrong: Optional[torch.Tensor] = None
 
+# %% ../../nbs/23_query.signals.ipynb #c81849cf
+@patch(as_prop=True)
+def set_aside(self:Query) -> list[dict]:
+    "The items whose contrast was degenerate: why, and the signal each entered the query with instead."
+    return [dict(item=p.item_id, why=p.set_aside, signal=p.signal, form=p.form) for p in self.pairs if p.set_aside]
+
 # %% ../../nbs/23_query.signals.ipynb #92dcf6c3
 @patch
 def describe(self:Query) -> str:
@@ -224,7 +247,8 @@ def describe(self:Query) -> str:
     forms = sorted({p.form for p in self.pairs if p.signal == "contrastive"})
     return (f"{len(self.pairs)} item(s), {'one query per item' if self.per_item else 'averaged into one query'}, "
             f"signal {'/'.join(kinds)}{' as ' + '/'.join(forms) if forms else ''} "
-            f"({'; '.join(sorted({p.reason for p in self.pairs}))})")
+            f"({'; '.join(sorted({p.reason for p in self.pairs}))})"
+            + (f"; {len(self.set_aside)} with a degenerate contrast" if self.set_aside else ""))
 
 # %% ../../nbs/23_query.signals.ipynb #1796d5c8
 def _side(tokenizer, prompt:str, text:str, span, eid:str, max_seq_length, other:str|None=None):
@@ -255,6 +279,24 @@ def _capture_all(capture:GradientCapture, tokenizer, toks:list, batch_size:int):
             if R is None: R = torch.zeros(len(toks), reps.shape[1])
             R[pos] = reps.cpu()
     return G, L, R
+
+# %% ../../nbs/23_query.signals.ipynb #5d6ef1a5
+def _sides(tokenizer, p:QueryPair, max_seq_length) -> tuple:
+    "The tokenized correct and wrong sides of contrastive pair `p`."
+    return (_side(tokenizer, p.prompt, p.correct, p.correct_span, f"{p.item_id}:correct", max_seq_length, p.wrong),
+            _side(tokenizer, p.prompt, p.wrong, p.wrong_span, f"{p.item_id}:wrong", max_seq_length, p.correct))
+
+def well_formed(tokenizer, p:QueryPair, max_seq_length=None) -> QueryPair:
+    """`p` if both its sides supervise a token past their shared start; else `p` with its empty side widened to the
+    whole answer (its diverging tokens and the end of the answer); else the classic pair, set aside."""
+    if p.signal != "contrastive": return p
+    if all(s.n_supervised for s in _sides(tokenizer, p, max_seq_length)): return p
+    c, w = _sides(tokenizer, p, max_seq_length)
+    wide = replace(p, correct_span=p.correct_span if c.n_supervised else None,
+                   wrong_span=p.wrong_span if w.n_supervised else None, form="to the end of the answer",
+                   set_aside="its answer span differed from the other side's in no token: widened to the end of the answer")
+    if all(s.n_supervised for s in _sides(tokenizer, wide, max_seq_length)): return wide
+    return classic_instead(p, "its generation and the reference differ in no token")
 
 # %% ../../nbs/23_query.signals.ipynb #ac2b6814
 def _pair_gradients(capture:GradientCapture, tokenizer, pairs:list[QueryPair], batch_size:int, max_seq_length):
@@ -294,6 +336,7 @@ def build_query(model, tokenizer, items:Sequence[EvalItem], index:GradientIndex|
         if index is None: raise GradianError("build_query needs an index (or a capture) to know the layout")
         capture = make_capture(index, model, tokenizer)
     if pairs is None: pairs = query_pairs_for(items, signal, generations, model, tokenizer, minimal, margin=margin)
+    pairs = [well_formed(tokenizer, p, max_seq_length) for p in pairs]     # degenerate contrasts widened or set aside
     Q, Rc, Rn, Lc, Lw, wrong, sides = _pair_gradients(capture, tokenizer, pairs, batch_size, max_seq_length)
     if not per_item: Q, Rc, Rn, sides = _averaged(Q, Rc, Rn, wrong, sides, len(pairs))
     m = index.manifest if index is not None else {}
