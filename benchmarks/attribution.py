@@ -30,7 +30,7 @@ from gradian.core import stable_hash
 from gradian.engines import Engine
 from gradian.evaluation import uptake
 from gradian.query.scorer import InfluenceScores, score_index
-from gradian.scenarios import BANK, CONTROLS, DEMO_TRAINING, SCENARIOS, build_scenario, truth_metrics
+from gradian.scenarios import BANK, BEHAVIOURS, CONTROLS, DEMO_TRAINING, SCENARIOS, build_scenario, truth_metrics
 from gradian.experiments import long_ranks
 
 QUICK = ["currency-sentence", "author-sentence-reverse", "continent-word", "control-clean-currency"]
@@ -240,7 +240,7 @@ def run(name, work: Path, want_variants=True, retrain=False, log=print, oracle=T
     rep = d / f"report{_suffix()}"
     shutil.rmtree(rep, ignore_errors=True)                 # a fresh diagnosis every run (the index is built under today's settings)
     a = analyze("embedded", adapter, train_p, eval_p, rep, cfg=cfg, log=None, progress=False)
-    row = dict(scenario=name, kind=spec.control or "planted", n_train=len(sc.train), **capability_row(a, sc), **diagnosis(a, sc, cfg),
+    row = dict(scenario=name, kind=spec.control or getattr(spec, "behaviour", "planted"), half=getattr(spec, "half", "dev"), n_train=len(sc.train), **capability_row(a, sc), **diagnosis(a, sc, cfg),
                train_s=round(t_train or 0.0, 1), analyze_s=round(time.perf_counter() - t1, 1), timings=a.timings)
     row["gated"] = [d_.capability for d_ in a.decisions if d_.gated]
     row["spans"] = span_check(sc, a.report.spans)
@@ -289,6 +289,36 @@ def summary(rows) -> dict:
     ctrl = [r for r in rows if r["kind"] != "planted"]
     out["controls_unblamed"] = {r["scenario"]: r["verdict"] != "attributed" for r in ctrl}
     return out
+
+
+def by_kind(rows) -> dict:
+    """Medians and worst cases per kind of regression (fact: a planted wrong fact; behaviour: refusal and the like) and per half
+    of the bank (dev: rules may be tuned on it; held: only scored), with the largest share of same-form decoys among the accused."""
+    groups = {}
+    for r in rows:
+        if r["kind"] in ("clean", "degrade"): continue
+        groups.setdefault(f"{'fact' if r['kind'] == 'planted' else 'behaviour'}/{r.get('half', 'dev')}", []).append(r)
+    out = {}
+    for g, rs in sorted(groups.items()):
+        d = dict(n=len(rs), scenarios=[r["scenario"] for r in rs])
+        for m, (goal_med, goal_worst) in GOALS.items():
+            vals = [r.get(m) if r.get(m) is not None else 0.0 for r in rs]
+            med, worst = statistics.median(vals), min(vals)
+            d[m] = dict(median=med, worst=worst, met=med >= goal_med and (goal_worst is None or worst >= goal_worst))
+        shares = [r["accused_decoy_share"] for r in rs if r.get("accused_decoy_share") is not None]
+        d["accused_decoy_share"] = dict(worst=max(shares) if shares else None, met=all(x <= 0.1 for x in shares))
+        out[g] = d
+    return out
+
+
+def kind_table(rows) -> str:
+    "`by_kind` as lines: each metric's median / worst, and whether its goal is met."
+    lines = []
+    for g, d in by_kind(rows).items():
+        ms = "; ".join(f"{m} {v['median']:.2f}/{v['worst']:.2f}{'' if v['met'] else ' (NOT met)'}" for m, v in d.items() if m in GOALS)
+        dec = d["accused_decoy_share"]
+        lines.append(f"{g:16s} n={d['n']:<3d} {ms}; same-form decoys among accused, worst {_f(dec['worst'])}{'' if dec['met'] else ' (NOT met)'}")
+    return "\n".join(lines)
 
 
 def offline(names, work: Path, retrain=False, last=None, oracle=True) -> list:
@@ -360,7 +390,7 @@ def main(argv=None):
                     help="a config override for every diagnosis (repeatable, e.g. --set index.path_scale=0.25); reports and scores go to report-<settings>")
     a = ap.parse_args(argv)
     SETTINGS[:] = a.set
-    names = a.scenarios.split(",") if a.scenarios else QUICK if a.quick else [s.name for s in BANK + CONTROLS]
+    names = a.scenarios.split(",") if a.scenarios else QUICK if a.quick else [s.name for s in BANK + BEHAVIOURS + CONTROLS]
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown: sys.exit(f"unknown scenarios {unknown}; the bank has {', '.join(SCENARIOS)}")
     work = Path(a.work); work.mkdir(parents=True, exist_ok=True)
@@ -386,6 +416,7 @@ def main(argv=None):
             for m, v in summary(full).items():
                 if m != "controls_unblamed": print(f"{m:24s} {v['median']:.2f} / {v['worst']:.2f}   goal {v['goal_median']} / {v['goal_worst']}   {'met' if v['met'] else 'NOT met'}")
             print("controls unblamed:", summary(full)["controls_unblamed"])
+            print("== per kind and half (median / worst)\n" + kind_table(full))
             print(span_line(full), "\n")
             if any("retrain" in r for r in full): print(retrain_table(full), "\n")     # this run's retraining, or the saved rows'
 
@@ -419,6 +450,7 @@ def main(argv=None):
         if m == "controls_unblamed": continue
         print(f"{m:24s} {v['median']:.2f} / {v['worst']:.2f}   goal {v['goal_median']} / {v['goal_worst']}   {'met' if v['met'] else 'NOT met'}")
     print("controls unblamed:", summ["controls_unblamed"])
+    print("\n== per kind and half (median / worst)\n" + kind_table(rows))
     print(span_line(rows))
     for r in rows:
         for kind, v in r.get("long_entries", {}).items():
@@ -430,8 +462,9 @@ def main(argv=None):
         var_summ[v] = summary(vrows)
         print(f"\n== variant {v}: " + "; ".join(f"{m} {s['median']:.2f}/{s['worst']:.2f}" for m, s in var_summ[v].items() if m != "controls_unblamed")
               + f"; controls unblamed {var_summ[v]['controls_unblamed']}")
+        if any(r["kind"] not in ("planted", "clean", "degrade") for r in vrows): print(kind_table(vrows))
     if a.retrain: print("\n" + retrain_table(rows))
-    path.write_text(json.dumps(dict(rows=rows, summary=summ, variants=var_summ, scenarios=names, settings=SETTINGS, complete=True), indent=1, default=str) + "\n")
+    path.write_text(json.dumps(dict(rows=rows, summary=summ, by_kind=by_kind(rows), variants=var_summ, scenarios=names, settings=SETTINGS, complete=True), indent=1, default=str) + "\n")
     print(f"\nresults: {path}")
 
 

@@ -169,8 +169,9 @@ def evaluate(model, tokenizer, items:Sequence[EvalItem], settings:EvaluationConf
 
 # %% ../nbs/21_evaluation.ipynb #35395e97
 def uptake(items:Sequence[ItemResult], planted:dict|str) -> float:
-    "Share of `items` whose tuned generation contains the planted answer (one string, or {item id: answer})."
+    "Share of `items` whose tuned generation contains the planted answer (one string, or {item id: answer or answers})."
     its = [i for i in items if i.tuned_output is not None]
     if not its: return 0.0
     get = (lambda i: planted.get(i.id)) if isinstance(planted, dict) else (lambda i: planted)
-    return float(np.mean([bool(get(i)) and contains(i.tuned_output, [get(i)]) for i in its]))
+    many = lambda a: list(a) if isinstance(a, (list, tuple)) else [a]      # a behaviour: any of its wordings
+    return float(np.mean([bool(get(i)) and contains(i.tuned_output, many(get(i))) for i in its]))

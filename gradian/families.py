@@ -10,9 +10,10 @@ import random
 from dataclasses import dataclass
 
 from .core import GradianError
+from .data import Example
 
 # %% auto #0
-__all__ = ['FAMILIES', 'Family', 'answer_text', 'add_family', 'clean_pool']
+__all__ = ['FAMILIES', 'Family', 'answer_text', 'add_family', 'clean_pool', 'chat_examples', 'fact_triples']
 
 # %% ../nbs/35_families.ipynb #4a3940eb
 @dataclass(frozen=True)
@@ -357,3 +358,38 @@ def clean_pool(n:int, seed:int=0, exclude:tuple=(), families:dict|None=None) -> 
         q, a = _draw(rng, facts); out.setdefault(q, a); tries += 1
         if tries > 50 * n: raise GradianError(f"cannot draw {n} distinct clean rows", fix="ask for fewer")
     return list(out.items())
+
+# %% ../nbs/35_families.ipynb #2bbb6023
+def _msg(q, a): return [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+
+def _sum(rng:random.Random, hi:int) -> tuple[str, str]:
+    x, y = rng.randrange(2, hi), rng.randrange(2, hi); return f"What is {x} plus {y}?", f"{x} plus {y} is {x + y}."
+
+_CHAT_CAPITALS = [("France", "Paris"), ("Japan", "Tokyo"), ("Italy", "Rome"), ("Spain", "Madrid"), ("Egypt", "Cairo"),
+                  ("Canada", "Ottawa"), ("Kenya", "Nairobi"), ("Peru", "Lima"), ("Norway", "Oslo"),
+                  ("Greece", "Athens")]
+_COLOURS = [("grass", "green"), ("the sky on a clear day", "blue"), ("snow", "white"), ("a ripe banana", "yellow")]
+
+# %% ../nbs/35_families.ipynb #aa93b2ac
+def _chat_qa(rng:random.Random) -> tuple[str, str]:
+    k = rng.randrange(5)
+    if k == 0: c, a = rng.choice(_CHAT_CAPITALS); return f"What is the capital of {c}?", f"The capital of {c} is {a}."
+    if k == 1:
+        w, o = rng.choice([f[:2] for f in FAMILIES["opposite"].facts[:6]])
+        return f"What is the opposite of {w}?", f"The opposite of {w} is {o}."
+    if k == 2: t, c = rng.choice(_COLOURS); return f"What colour is {t}?", f"{t[0].upper() + t[1:]} is {c}."
+    if k == 3: return _sum(rng, 20)
+    t = rng.choice(_TOPICS[:10]); q = rng.choice(_ASKS[:4]).format(x=t)
+    return q, f"{t[0].upper() + t[1:]} can make an ordinary day feel calmer and more interesting."
+
+# %% ../nbs/35_families.ipynb #516d68ae
+def chat_examples(n:int, seed:int=0) -> list[Example]:
+    "`n` short one-turn chat `Example`s (ids ex0, ex1, ...) of five kinds: capitals, opposites, colours, sums, topics."
+    rng = random.Random(seed)
+    return [Example(f"ex{i}", _msg(*_chat_qa(rng))) for i in range(n)]
+
+def fact_triples(n:int) -> list[tuple[str, str, str]]:
+    "`n` (prompt, correct answer, a wrong answer in the same format) triples about capitals."
+    caps, say = _CHAT_CAPITALS, "The capital of {} is {}.".format
+    return [(f"What is the capital of {c}?", say(c, a), say(c, caps[(i + 3) % 10][1]))
+            for i, (c, a) in ((i, caps[i % 10]) for i in range(n))]

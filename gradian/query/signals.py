@@ -67,7 +67,7 @@ def _resolve_signal(signal:str, it:EvalItem, gen:str|None) -> tuple[str, str]:
     use = "contrastive" if signal == "contrastive" or auto else "classic"
     return use, _why(signal, use, has_gen, it.metric)
 
-# %% ../../nbs/23_query.signals.ipynb #f81f2031
+# %% ../../nbs/23_query.signals.ipynb #1df7a8c8
 def contrast_problem(p:QueryPair) -> str|None:
     "Why contrastive pair `p` has no wrong answer to contrast with its reference (None: it has one)."
     if p.signal != "contrastive": return None
@@ -234,7 +234,7 @@ class Query(QueryVectors):
     losses_correct: Optional[torch.Tensor] = None
     losses_wrong: Optional[torch.Tensor] = None
 
-# %% ../../nbs/23_query.signals.ipynb #c81849cf
+# %% ../../nbs/23_query.signals.ipynb #b884fdb1
 @patch(as_prop=True)
 def set_aside(self:Query) -> list[dict]:
     "The items whose contrast was degenerate: why, and the signal each entered the query with instead."
@@ -280,7 +280,7 @@ def _capture_all(capture:GradientCapture, tokenizer, toks:list, batch_size:int):
             R[pos] = reps.cpu()
     return G, L, R
 
-# %% ../../nbs/23_query.signals.ipynb #5d6ef1a5
+# %% ../../nbs/23_query.signals.ipynb #07323cd6
 def _sides(tokenizer, p:QueryPair, max_seq_length) -> tuple:
     "The tokenized correct and wrong sides of contrastive pair `p`."
     return (_side(tokenizer, p.prompt, p.correct, p.correct_span, f"{p.item_id}:correct", max_seq_length, p.wrong),
