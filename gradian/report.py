@@ -296,7 +296,8 @@ def _md_provenance(self:Report) -> str:
     parts = [f"Engine: {md_code(json.dumps(p.get('engine')))}",
              f"Query signal: {md_escape(p.get('query_signal'))} ({md_escape(p.get('query_signal_why', ''))})",
              *([f"Items with a degenerate contrast: "
-                + "; ".join(f"{md_escape(s['item'])} ({md_escape(s['why'])}; queried as {md_escape(s.get('signal', 'classic'))})"
+                + "; ".join(f"{md_escape(s['item'])} ({md_escape(s['why'])}; "
+                            f"queried as {md_escape(s.get('signal', 'classic'))})"
                             for s in p["query_set_aside"])]
                if p.get("query_set_aside") else []),
              "Stage timings (seconds): "

@@ -371,7 +371,8 @@ def query_manifest(model, tokenizer, capture:GradientCapture, module_filter=None
 # %% ../../nbs/19_index.build.ipynb #f38ca0d5
 def check_query_manifest(index:GradientIndex, qman:dict):
     "Refuse (GradianError naming the fields) a query built under settings other than the index's."
-    require_same({**index.manifest, **manifest_projection(index.manifest)}, qman, QUERY_FIELDS, what="index", other="query",
+    m = {**index.manifest, **manifest_projection(index.manifest)}
+    require_same(m, qman, QUERY_FIELDS, what="index", other="query",
                  fix=f"build the query from the model, adapter and tokenizer of {index.path}, "
                      "with its module filter and projection")
 

@@ -79,12 +79,11 @@ def manifest_sha256(man:dict) -> str: return stable_hash(static_manifest(man), n
 
 # %% ../../nbs/16_index.store.ipynb #761d193d
 PROJECTION_FIELDS = ("projection_dim", "projection_seed", "projection_kind")
-
 def manifest_projection(m:dict) -> dict:
     "The projection settings manifest `m` records, under their config keys (older manifests: its `projection`)."
     if "projection_dim" in m: return {f: m.get(f) for f in PROJECTION_FIELDS}
-    p = m.get("projection") or {}
-    return dict(projection_dim=p.get("dim"), projection_seed=p.get("seed", 0), projection_kind=p.get("kind"))
+    p = m.get("projection") or {}                        # before the rename: {dim, seed, kind}
+    return dict(zip(PROJECTION_FIELDS, (p.get("dim"), p.get("seed", 0), p.get("kind"))))
 
 # %% ../../nbs/16_index.store.ipynb #8180d09c
 def ids_bytes(ids) -> bytes:

@@ -294,7 +294,8 @@ def well_formed(tokenizer, p:QueryPair, max_seq_length=None) -> QueryPair:
     c, w = _sides(tokenizer, p, max_seq_length)
     wide = replace(p, correct_span=p.correct_span if c.n_supervised else None,
                    wrong_span=p.wrong_span if w.n_supervised else None, form="to the end of the answer",
-                   set_aside="its answer span differed from the other side's in no token: widened to the end of the answer")
+                   set_aside="its answer span differed from the other side's in no token: "
+                             "widened to the end of the answer")
     if all(s.n_supervised for s in _sides(tokenizer, wide, max_seq_length)): return wide
     return classic_instead(p, "its generation and the reference differ in no token")
 
