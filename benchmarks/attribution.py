@@ -286,7 +286,7 @@ def summary(rows) -> dict:
         med, worst = statistics.median(vals), min(vals)
         out[m] = dict(median=med, worst=worst, goal_median=goal_med, goal_worst=goal_worst,
                       met=med >= goal_med and (goal_worst is None or worst >= goal_worst))
-    ctrl = [r for r in rows if r["kind"] != "planted"]
+    ctrl = [r for r in rows if r["kind"] in ("clean", "degrade")]     # behaviour rows are neither planted facts nor controls
     out["controls_unblamed"] = {r["scenario"]: r["verdict"] != "attributed" for r in ctrl}
     return out
 
