@@ -45,7 +45,7 @@ class QueryPair:
     wrong_span: Optional[tuple] = None
     form: str = "whole answers"
     reference: Optional[str] = None     # the eval reference, where `correct` is built around it (minimal pairs)
-    set_aside: str = ""                 # why a contrastive pair became classic (its contrast was degenerate)
+    set_aside: str = ""                 # why its contrast was degenerate, and what stood in (widened, or classic)
 
 # %% ../../nbs/23_query.signals.ipynb #ae0b379f
 def _why(signal:str, use:str, has_gen:bool, metric:str) -> str:

@@ -1,0 +1,33 @@
+#!/usr/bin/env python
+"""Ground truth of a scenario's answer key: retrain without its culprits, and without a random set of the same size.
+
+    python benchmarks/behaviour_truth.py SCENARIO WORK
+
+Needs what `benchmarks/attribution.py --scenarios SCENARIO --work WORK` left there (data and report); the two retrainings use
+the bank's LoRA settings and are cached in WORK like the benchmark's. Prints the share of the regression each removal recovers
+and writes benchmarks/results/behaviour-truth-<scenario>-<stamp>.json."""
+import importlib.util, json, sys, time
+from pathlib import Path
+import numpy as np
+spec_ = importlib.util.spec_from_file_location("bench", "benchmarks/attribution.py"); bench = importlib.util.module_from_spec(spec_); spec_.loader.exec_module(bench)
+from gradian.config import load_config
+from gradian.data import load_eval
+from gradian.evaluation import evaluate
+from gradian.model.core import load_model
+from gradian.scenarios import SCENARIOS, build_scenario
+name, work = sys.argv[1], Path(sys.argv[2])
+spec = SCENARIOS[name]; sc = build_scenario(spec); d = work / name
+items = [i for i in load_eval(d / "data" / "eval.jsonl") if i.capability == sc.capability]
+R = json.loads((d / "report" / "report.json").read_text())
+cap = next(c for c in R["capabilities"] if c["name"] == sc.capability)
+rng = np.random.default_rng(spec.seed)
+drops = {"culprits": list(sc.culprits), "random": list(rng.choice([r["id"] for r in sc.train], len(sc.culprits), replace=False))}
+out = dict(scenario=name, base=cap["base"], tuned=cap["tuned"], delta=cap["delta"])
+for tag, drop in drops.items():
+    ad, secs = bench.train(spec, sc, d, drop, tag=f"retrain-{tag}")
+    m, tok = load_model("embedded", ad)
+    t = evaluate(m, tok, items, load_config(None).evaluation, max_seq_length=bench.MSL)[0].tuned
+    out[tag] = dict(tuned=t, recovered=1 - (t - cap["base"]) / cap["delta"], culprits_removed=len(set(drop) & set(sc.culprits)), n_removed=len(drop))
+    print(tag, out[tag], flush=True)
+p = Path("benchmarks/results") / f"behaviour-truth-{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+p.write_text(json.dumps(out, indent=1) + "\n"); print("results:", p)
