@@ -34,7 +34,7 @@ from gradian.scenarios import BANK, BEHAVIOURS, CONTROLS, DEMO_TRAINING, SCENARI
 from gradian.experiments import long_ranks
 
 QUICK = ["currency-sentence", "author-sentence-reverse", "continent-word", "control-clean-currency"]
-GOALS = dict(precision_at_k=(0.85, 0.6), accused_precision=(0.9, 0.75), accused_recall=(0.7, None), auc_culprit_vs_decoy=(0.9, None))
+GOALS = dict(precision_at_k=(0.85, 0.6), accused_precision=(0.9, 0.75), accused_recall=(0.7, 0.5), auc_culprit_vs_decoy=(0.9, None))   # (median, worst)
 MSL = 256
 
 
