@@ -39,12 +39,10 @@ def test_a_prefix_and_an_empty_generation_are_set_aside_and_the_others_diagnosed
     assert prefix.strip() and normalize_text(prefix) != normalize_text(ref) and ref.startswith(prefix)
 
     plain = _analyze(ft, ev, root / "plain")
-    real = evaluation.generate
+    real, refs, odd = evaluation.generate, {i.prompt: i.answers[0] for i in ft.items}, {cut.prompt: prefix, blank.prompt: ""}
     def stops_early(model, tokenizer, prompts, **kw):          # the tuned model's wrong answers, two of them degenerate
         outs = real(model, tokenizer, prompts, **kw)
-        odd = {cut.prompt: prefix, blank.prompt: ""}
-        return [odd[p] if p in odd and o.strip() != it_ref else o
-                for p, o, it_ref in zip(prompts, outs, [next(i.answers[0] for i in ft.items if i.prompt == p) for p in prompts])]
+        return [odd[p] if p in odd and o.strip() != refs[p] else o for p, o in zip(prompts, outs)]
     monkeypatch.setattr(evaluation, "generate", stops_early)
     odd = _analyze(ft, ev, root / "odd")
 

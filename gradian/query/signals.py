@@ -290,8 +290,8 @@ def well_formed(tokenizer, p:QueryPair, max_seq_length=None) -> QueryPair:
     """`p` if both its sides supervise a token past their shared start; else `p` with its empty side widened to the
     whole answer (its diverging tokens and the end of the answer); else the classic pair, set aside."""
     if p.signal != "contrastive": return p
-    if all(s.n_supervised for s in _sides(tokenizer, p, max_seq_length)): return p
-    c, w = _sides(tokenizer, p, max_seq_length)
+    c, w = _sides(tokenizer, p, max_seq_length)                # tokenized once; the usual pair returns here
+    if c.n_supervised and w.n_supervised: return p
     wide = replace(p, correct_span=p.correct_span if c.n_supervised else None,
                    wrong_span=p.wrong_span if w.n_supervised else None, form="to the end of the answer",
                    set_aside="its answer span differed from the other side's in no token: "
