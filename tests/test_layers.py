@@ -87,14 +87,21 @@ def test_the_report_modules_import_no_torch():
 
 
 def _notebook_numbers() -> dict:
-    "{module: its notebook's number}, read from each notebook's `#| default_exp` line."
+    """{module: its notebook's number}, read from each notebook's `#| default_exp` line. A letter after the number
+    (`35a_behaviours`) places a notebook between two numbers: the number is kept as a string that sorts so."""
     import json, re
     out = {}
     for nb in (PKG.parent / "nbs").glob("[0-9]*.ipynb"):
         src = "\n".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code")
         if m := re.search(r"^#\|\s*default_exp\s+(\S+)", src, re.M):
-            out["gradian." + m.group(1).removesuffix(".__init__")] = int(nb.name.split("_")[0])
+            out["gradian." + m.group(1).removesuffix(".__init__")] = _number(nb.name.split("_")[0])
     return out
+
+
+def _number(prefix: str) -> str:
+    "'7' -> '007', '35a' -> '035a': zero-padded, so string order is the reading order."
+    digits = prefix.rstrip("abcdefghijklmnopqrstuvwxyz")
+    return digits.zfill(3) + prefix[len(digits):]
 
 
 def forward_imports(num: dict, graph: dict) -> list:
@@ -106,7 +113,7 @@ def forward_imports(num: dict, graph: dict) -> list:
 def test_notebooks_are_numbered_in_import_order():
     "A module's notebook comes after the notebooks of everything it imports, so the docs read bottom-up without a forward reference."
     num = _notebook_numbers()
-    assert num["gradian.core"] == 0 and num["gradian.config"] < num["gradian.cli"] and len(num) >= 30
+    assert num["gradian.core"] == "000" and num["gradian.config"] < num["gradian.cli"] and len(num) >= 30
     late = forward_imports(num, import_graph())
     assert not late, "\n".join(late)
 
