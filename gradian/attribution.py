@@ -222,7 +222,7 @@ def score_point(model, tokenizer, examples:Sequence, reg:Sequence, gens:dict, cf
         # queries are eval sequences (prompt + answer), not training rows: the training cut does not apply to them
         q = build_query(model, tokenizer, reg, idx, signal=ev.query_signal, generations=gens, per_item=True,
                         batch_size=bs, max_seq_length=None, minimal=ev.minimal_pair, margin=ev.minimal_pair_margin,
-                        pairs=pairs)
+                        weighting=ev.contrast_weighting, pairs=pairs)
     with st("score", f"engine {engine.name}"):
         sc = score_index(idx, q, engine)
     rows = long_rows(idx, cfg, engine) if rows is None else rows

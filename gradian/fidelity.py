@@ -97,7 +97,7 @@ def path_points(model, tokenizer, index, query, batch_size:int=8) -> list[tuple]
     for mf in sorted(Path(index.path).glob("scale-*/manifest.json")):
         i2 = GradientIndex(mf.parent)
         pts.append((i2, build_query(model, tokenizer, [], i2, per_item=True, pairs=list(query.pairs),
-                                    batch_size=batch_size, max_seq_length=None)))
+                                    batch_size=batch_size, max_seq_length=None, weighting=query.weighting)))
     return pts
 
 # %% ../nbs/41_fidelity.ipynb #2f76e458

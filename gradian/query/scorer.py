@@ -80,6 +80,7 @@ def _zero_excluded(index:GradientIndex, scores:np.ndarray, pb:np.ndarray|None, p
 def _query_info(query:Query) -> dict:
     "The query's signal, per-item flag, number of rows and description, as `InfluenceScores.query` keeps them."
     return dict(signal=getattr(query, "signal", None), per_item=getattr(query, "per_item", None), n_rows=len(query),
+                weighting=getattr(query, "weighting", None),
                 description=query.describe() if hasattr(query, "describe") else None)
 
 # %% ../../nbs/24_query.scorer.ipynb #343645a9

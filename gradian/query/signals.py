@@ -233,6 +233,7 @@ class Query(QueryVectors):
     manifest: dict = field(default_factory=dict)
     losses_correct: Optional[torch.Tensor] = None
     losses_wrong: Optional[torch.Tensor] = None
+    weighting: str = "raw"              # how the two sides of a contrast were weighed: unit or raw
 
 # %% ../../nbs/23_query.signals.ipynb #b884fdb1
 @patch(as_prop=True)
@@ -246,7 +247,8 @@ def describe(self:Query) -> str:
     kinds = sorted({p.signal for p in self.pairs})
     forms = sorted({p.form for p in self.pairs if p.signal == "contrastive"})
     return (f"{len(self.pairs)} item(s), {'one query per item' if self.per_item else 'averaged into one query'}, "
-            f"signal {'/'.join(kinds)}{' as ' + '/'.join(forms) if forms else ''} "
+            f"signal {'/'.join(kinds)}{' as ' + '/'.join(forms) if forms else ''}"
+            f"{', sides weighed ' + self.weighting if forms else ''} "
             f"({'; '.join(sorted({p.reason for p in self.pairs}))})"
             + (f"; {len(self.set_aside)} with a degenerate contrast" if self.set_aside else ""))
 
@@ -299,11 +301,20 @@ def well_formed(tokenizer, p:QueryPair, max_seq_length=None) -> QueryPair:
     if all(s.n_supervised for s in _sides(tokenizer, wide, max_seq_length)): return wide
     return classic_instead(p, "its generation and the reference differ in no token")
 
+# %% ../../nbs/23_query.signals.ipynb #sw000002
+def _side_weights(Gc:torch.Tensor, Gw:torch.Tensor, weighting:str) -> tuple[torch.Tensor, torch.Tensor]:
+    "Per contrastive pair, the weights of its correct and wrong sides: 1/|gradient| each (unit) or 1 (raw)."
+    if weighting not in ("unit", "raw"):
+        raise GradianError(f"unknown contrast weighting {weighting!r}", fix="use unit or raw")
+    if weighting == "raw": return torch.ones(len(Gc)), torch.ones(len(Gw))
+    return 1 / Gc.norm(dim=1).clamp(min=1e-30), 1 / Gw.norm(dim=1).clamp(min=1e-30)
+
 # %% ../../nbs/23_query.signals.ipynb #ac2b6814
-def _pair_gradients(capture:GradientCapture, tokenizer, pairs:list[QueryPair], batch_size:int, max_seq_length):
+def _pair_gradients(capture:GradientCapture, tokenizer, pairs:list[QueryPair], batch_size:int, max_seq_length,
+                    weighting:str="raw"):
     """Per pair: (query rows, correct-side reps, wrong-side reps, correct losses, wrong losses, indices of the
-    contrastive pairs, sides: (tokenized side, pair index, +1 or -1) for every sequence whose loss gradient went
-    into a query row)."""
+    contrastive pairs, sides: (tokenized side, pair index, weight) for every sequence whose loss gradient went
+    into a query row). `weighting='unit'`: a contrastive pair's sides weigh 1/|gradient| each."""
     tc = [_side(tokenizer, p.prompt, p.correct, p.correct_span, f"{p.item_id}:correct", max_seq_length, p.wrong)
           for p in pairs]
     Gc, Lc, Rc = _capture_all(capture, tokenizer, tc, batch_size)
@@ -313,7 +324,10 @@ def _pair_gradients(capture:GradientCapture, tokenizer, pairs:list[QueryPair], b
         tw = [_side(tokenizer, pairs[i].prompt, pairs[i].wrong, pairs[i].wrong_span, f"{pairs[i].item_id}:wrong",
                     max_seq_length, pairs[i].correct) for i in wrong]
         Gw, Lw, Rw = _capture_all(capture, tokenizer, tw, batch_size)
-        Q[wrong] -= Gw; sides += [(t, i, -1.0) for t, i in zip(tw, wrong)]
+        wc, ww = _side_weights(Gc[wrong], Gw, weighting)
+        Q[wrong] = wc[:, None] * Gc[wrong] - ww[:, None] * Gw
+        for i, w in zip(wrong, wc.tolist()): sides[i] = (tc[i], i, w)
+        sides += [(t, i, -w) for t, i, w in zip(tw, wrong, ww.tolist())]
         if Rc is not None: Rn = torch.zeros_like(Rc); Rn[wrong] = Rw
     return Q, Rc, Rn, Lc, Lw, wrong, sides
 
@@ -328,9 +342,9 @@ def _averaged(Q, Rc, Rn, wrong:list, sides:list, n_pairs:int) -> tuple:
 def build_query(model, tokenizer, items:Sequence[EvalItem], index:GradientIndex|None=None, signal:str="auto",
                 generations:dict|None=None, per_item:bool=False, batch_size:int=8, max_seq_length:int|None=None,
                 capture:GradientCapture|None=None, pairs:list[QueryPair]|None=None, minimal:bool=True,
-                margin:float=2.0) -> Query:
+                margin:float=2.0, weighting:str="unit") -> Query:
     """Query gradients for `items` in the layout of `index` (or of a given `capture`); contrastive pairs
-    are minimal pairs unless `minimal=False`."""
+    are minimal pairs unless `minimal=False`, their sides weighed by `weighting` (`evaluation.contrast_weighting`)."""
     if not items and not pairs:
         raise GradianError("no eval items to build a query from", fix="pass the items that regressed")
     if capture is None:
@@ -338,9 +352,9 @@ def build_query(model, tokenizer, items:Sequence[EvalItem], index:GradientIndex|
         capture = make_capture(index, model, tokenizer)
     if pairs is None: pairs = query_pairs_for(items, signal, generations, model, tokenizer, minimal, margin=margin)
     pairs = [well_formed(tokenizer, p, max_seq_length) for p in pairs]     # degenerate contrasts widened or set aside
-    Q, Rc, Rn, Lc, Lw, wrong, sides = _pair_gradients(capture, tokenizer, pairs, batch_size, max_seq_length)
+    Q, Rc, Rn, Lc, Lw, wrong, sides = _pair_gradients(capture, tokenizer, pairs, batch_size, max_seq_length, weighting)
     if not per_item: Q, Rc, Rn, sides = _averaged(Q, Rc, Rn, wrong, sides, len(pairs))
     m = index.manifest if index is not None else {}
     man = query_manifest(model, tokenizer, capture, m.get("module_filter"), manifest_projection(m) if m else None)
     labels, kinds = [p.item_id for p in pairs] if per_item else ["mean"], "/".join(sorted({p.signal for p in pairs}))
-    return Query(Q, Rc, Rn, labels, sides, kinds, per_item, pairs, man, Lc, Lw)
+    return Query(Q, Rc, Rn, labels, sides, kinds, per_item, pairs, man, Lc, Lw, weighting)
