@@ -69,6 +69,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("scenario"); ap.add_argument("--work", default="benchmarks/work"); ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--ways", help="comma-separated subset of the ways to build the query")
+    ap.add_argument("--weighting", default="unit", choices=("unit", "raw"),
+                    help="evaluation.contrast_weighting: each side scaled to length one (the default), or as it is (results before it)")
     a = ap.parse_args(argv)
     spec, d = SCENARIOS[a.scenario], Path(a.work) / a.scenario
     if not (d / "report" / "report.json").exists(): sys.exit(f"run `python benchmarks/attribution.py --scenarios {a.scenario} --work {a.work}` first")
@@ -87,11 +89,11 @@ def main(argv=None):
             "base generation": dict(pairs=pair(lambda it: base[it.id])),
             "base sentence": dict(pairs=pair(lambda it: first_sentence(base[it.id], it.answers))),
             "classic": dict(signal="classic")}
-    eng, out = Engine.from_config(load_config(None).engine), dict(scenario=a.scenario, n_regressed=len(reg), ways={})
+    eng, out = Engine.from_config(load_config(None).engine), dict(scenario=a.scenario, n_regressed=len(reg), weighting=a.weighting, ways={})
     sup = lambda te: tok.decode([t for t, m in zip(te.input_ids, te.supervised) if m])
     for name, kw in ways.items():
         if only and name not in only: continue
-        q = build_query(model, tok, reg, idx, per_item=True, batch_size=8, **kw)
+        q = build_query(model, tok, reg, idx, per_item=True, batch_size=8, weighting=a.weighting, **kw)
         p = q.pairs[0]
         example = dict(correct=p.correct, wrong=p.wrong, **(dict(zip(("loss_on_correct", "loss_on_wrong"), map(sup, _sides(tok, p, None))))
                                                               if p.wrong is not None else {}))
