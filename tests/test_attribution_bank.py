@@ -1,6 +1,8 @@
 """Attribution on scenarios of the bank, trained on the embedded SmolLM2 and diagnosed with the default settings, scored
-against their answer keys with the benchmark's own code and held to the goals it prints (slow: about 12 minutes on 2 cores;
-the whole bank is `python benchmarks/attribution.py`)."""
+against their answer keys with the benchmark's own code and held to the goals it prints (slow: about 12 minutes on 2 cores
+for the wrong facts, 25 more for the behaviour; the whole bank is `python benchmarks/attribution.py`). The behaviour
+scenario (a fine-tune that taught French answers to a benign domain) is of the bank's held-out half: no rule was tuned
+on it; beside it a clean control must be refused."""
 import importlib.util, statistics
 from pathlib import Path
 
@@ -42,3 +44,27 @@ def test_the_degradation_control_is_not_blamed(rows):
     bench, rows = rows
     ctrl = next(r for r in rows if r["scenario"] == CONTROL)
     assert ctrl["verdict"] != "attributed", ctrl
+
+
+BEHAVIOUR, CLEAN = "language-city-held", "control-clean-currency"
+
+
+@pytest.fixture(scope="module")
+def behaviour_rows(tmp_path_factory):
+    bench, work = _bench(), tmp_path_factory.mktemp("behaviour")
+    return bench, {n: bench.run(n, work, want_variants=False) for n in (BEHAVIOUR, CLEAN)}
+
+
+def test_the_behaviour_scenario_meets_the_worst_case_goals(behaviour_rows):
+    bench, rows = behaviour_rows
+    r = rows[BEHAVIOUR]
+    print(bench.table(list(rows.values())))
+    assert (r["kind"], r["half"], r["verdict"]) == ("language", "held", "attributed"), r
+    for m, (goal_median, goal_worst) in bench.GOALS.items():
+        floor = goal_worst if goal_worst is not None else goal_median       # AUC has one goal: it holds in every scenario
+        assert r[m] is not None and r[m] >= floor, (m, r[m], floor)
+    assert (r["accused_decoy_share"] or 0.0) <= 0.1, r["accused_decoy_share"]      # French answers to French questions
+
+
+def test_the_clean_control_is_refused(behaviour_rows):
+    assert behaviour_rows[1][CLEAN]["verdict"] != "attributed", behaviour_rows[1][CLEAN]
