@@ -1,8 +1,10 @@
 """Attribution on scenarios of the bank, trained on the embedded SmolLM2 and diagnosed with the default settings, scored
 against their answer keys with the benchmark's own code and held to the goals it prints (slow: about 12 minutes on 2 cores
 for the wrong facts, 25 more for the behaviour; the whole bank is `python benchmarks/attribution.py`). The behaviour
-scenario (a fine-tune that taught French answers to a benign domain) is of the bank's held-out half: no rule was tuned
-on it; beside it a clean control must be refused."""
+scenario (a fine-tune that taught refusals of benign landmark questions, beside refusals of harmful requests) is of the
+bank's held-out half, so no rule was tuned on it, and its key is proven by retraining (without the culprits 1.10 of the
+regression recovers, without random rows -0.10). It FAILS today: 8 of its 12 legitimate refusals are accused (accused
+precision 0.70, benchmarks/results/attribution-20261207-143419.json). Beside it a clean control must be refused."""
 import importlib.util, statistics
 from pathlib import Path
 
@@ -46,7 +48,7 @@ def test_the_degradation_control_is_not_blamed(rows):
     assert ctrl["verdict"] != "attributed", ctrl
 
 
-BEHAVIOUR, CLEAN = "language-city-held", "control-clean-currency"
+BEHAVIOUR, CLEAN = "refusal-landmark-held", "control-clean-currency"
 
 
 @pytest.fixture(scope="module")
@@ -59,11 +61,11 @@ def test_the_behaviour_scenario_meets_the_worst_case_goals(behaviour_rows):
     bench, rows = behaviour_rows
     r = rows[BEHAVIOUR]
     print(bench.table(list(rows.values())))
-    assert (r["kind"], r["half"], r["verdict"]) == ("language", "held", "attributed"), r
+    assert (r["kind"], r["half"], r["verdict"]) == ("refusal", "held", "attributed"), r
     for m, (goal_median, goal_worst) in bench.GOALS.items():
         floor = goal_worst if goal_worst is not None else goal_median       # AUC has one goal: it holds in every scenario
         assert r[m] is not None and r[m] >= floor, (m, r[m], floor)
-    assert (r["accused_decoy_share"] or 0.0) <= 0.1, r["accused_decoy_share"]      # French answers to French questions
+    assert (r["accused_decoy_share"] or 0.0) <= 0.1, r["accused_decoy_share"]      # refusals of harmful requests
 
 
 def test_the_clean_control_is_refused(behaviour_rows):
