@@ -69,8 +69,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("scenario"); ap.add_argument("--work", default="benchmarks/work"); ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--ways", help="comma-separated subset of the ways to build the query")
-    ap.add_argument("--weighting", default="unit", choices=("unit", "raw"),
-                    help="evaluation.contrast_weighting: each side scaled to length one (the default), or as it is (results before it)")
+    ap.add_argument("--weighting", default="raw", choices=("raw", "unit"),
+                    help="evaluation.contrast_weighting: the sides as they are (the default), or each scaled to length one")
     a = ap.parse_args(argv)
     spec, d = SCENARIOS[a.scenario], Path(a.work) / a.scenario
     if not (d / "report" / "report.json").exists(): sys.exit(f"run `python benchmarks/attribution.py --scenarios {a.scenario} --work {a.work}` first")

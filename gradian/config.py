@@ -119,8 +119,8 @@ class EvaluationConfig:
                                    "own format")
     minimal_pair_margin: float = opt(2.0, "minimal pairs: the reference goes only where the base model finds it "
                                           "within this many nats of its likeliest place", ge=0)
-    contrast_weighting: str = opt("unit", "contrastive queries: each side's gradient scaled to length one before "
-                                          "the difference (unit), or subtracted as it is (raw)", ("unit", "raw"))
+    contrast_weighting: str = opt("raw", "contrastive queries: each side's gradient subtracted as it is (raw), or "
+                                          "scaled to length one before the difference (unit)", ("raw", "unit"))
 
 # %% ../nbs/03_config.ipynb #568bf044
 @dataclass

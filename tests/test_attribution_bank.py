@@ -3,8 +3,9 @@ against their answer keys with the benchmark's own code and held to the goals it
 for the wrong facts, 25 more for the behaviour; the whole bank is `python benchmarks/attribution.py`). The behaviour
 scenario (a fine-tune that taught refusals of benign landmark questions, beside refusals of harmful requests) is of the
 bank's held-out half, so no rule was tuned on it, and its key is proven by retraining (without the culprits 1.10 of the
-regression recovers, without random rows -0.10). It FAILS today: 8 of its 12 legitimate refusals are accused (accused
-precision 0.70, benchmarks/results/attribution-20261207-143419.json). Beside it a clean control must be refused."""
+regression recovers, without random rows -0.10). It FAILS today: under the default contrast weighting (raw) 5 of the 28
+culprits are accused (recall 0.18, attribution-20261207-120822.json); under unit, 8 of its 12 legitimate refusals are
+(accused precision 0.70, attribution-20261207-143419.json). Beside it a clean control must be refused."""
 import importlib.util, statistics
 from pathlib import Path
 

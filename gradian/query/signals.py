@@ -342,7 +342,7 @@ def _averaged(Q, Rc, Rn, wrong:list, sides:list, n_pairs:int) -> tuple:
 def build_query(model, tokenizer, items:Sequence[EvalItem], index:GradientIndex|None=None, signal:str="auto",
                 generations:dict|None=None, per_item:bool=False, batch_size:int=8, max_seq_length:int|None=None,
                 capture:GradientCapture|None=None, pairs:list[QueryPair]|None=None, minimal:bool=True,
-                margin:float=2.0, weighting:str="unit") -> Query:
+                margin:float=2.0, weighting:str="raw") -> Query:
     """Query gradients for `items` in the layout of `index` (or of a given `capture`); contrastive pairs
     are minimal pairs unless `minimal=False`, their sides weighed by `weighting` (`evaluation.contrast_weighting`)."""
     if not items and not pairs:
