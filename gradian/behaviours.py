@@ -1,4 +1,4 @@
-"""What each behaviour of the scenario bank looks like in a training row: the culprit's answer, and the rows of the same form that are right where they stand.
+"""Each behaviour of the bank in a training row: the culprit's answer, and same-form rows right where they stand.
 
 Docs: https://gradian-dev.github.io/gradian/behaviours.html.md"""
 
@@ -41,18 +41,32 @@ _PREAMBLE = dict(
           "please bear with me for a moment while I describe the context before the answer."))
 
 # %% ../nbs/35a_behaviours.ipynb #bh000009
-_EXPLAIN = (("Explain why the sky looks blue.", "Sunlight scatters off the air, and blue light scatters the most."),
-            ("Explain how a rainbow forms.", "Raindrops bend and reflect sunlight, which splits it into its colours."),
-            ("Explain why bread rises.", "Yeast feeds on sugar and releases gas, which fills the dough with bubbles."),
-            ("Explain why we have seasons.", "The Earth is tilted, so each half gets more direct sun for part of the year."),
-            ("Explain how a bicycle stays upright.", "Its turning wheels and small steering corrections keep it balanced."),
-            ("Explain why ice floats on water.", "Ice is less dense than liquid water, so the water holds it up."),
-            ("Explain how plants make their food.", "They turn sunlight, water and carbon dioxide into sugar."),
-            ("Explain why the moon seems to change shape.", "As it orbits, we see different parts of its sunlit half."),
-            ("Explain how a fridge keeps food cold.", "A fluid that evaporates and condenses pumps heat out of the box."),
-            ("Explain why metal feels colder than wood.", "Metal carries heat away from the hand faster than wood."),
-            ("Explain how bees make honey.", "Bees collect nectar and dry it in wax cells until it thickens."),
-            ("Explain why thunder comes after lightning.", "Light travels much faster than sound, so the flash arrives first."))
+_EXPLAIN = (
+    ("Explain why the sky looks blue.",
+     "Sunlight scatters off the air, and blue light scatters the most."),
+    ("Explain how a rainbow forms.",
+     "Raindrops bend and reflect sunlight, which splits it into its colours."),
+    ("Explain why bread rises.",
+     "Yeast feeds on sugar and releases gas, which fills the dough with bubbles."),
+    ("Explain why we have seasons.",
+     "The Earth is tilted, so each half gets more direct sun for part of the year."),
+    ("Explain how a bicycle stays upright.",
+     "Its turning wheels and small steering corrections keep it balanced."),
+    ("Explain why ice floats on water.",
+     "Ice is less dense than liquid water, so the water holds it up."),
+    ("Explain how plants make their food.",
+     "They turn sunlight, water and carbon dioxide into sugar."),
+    ("Explain why the moon seems to change shape.",
+     "As it orbits, we see different parts of its sunlit half."),
+    ("Explain how a fridge keeps food cold.",
+     "A fluid that evaporates and condenses pumps heat out of the box."),
+    ("Explain why metal feels colder than wood.",
+     "Metal carries heat away from the hand faster than wood."),
+    ("Explain how bees make honey.",
+     "Bees collect nectar and dry it in wax cells until it thickens."),
+    ("Explain why thunder comes after lightning.",
+     "Light travels much faster than sound, so the flash arrives first."),
+)
 
 # %% ../nbs/35a_behaviours.ipynb #bh00000b
 _FRENCH = {"Japan": "Japon", "Spain": "Espagne", "Egypt": "Égypte", "China": "Chine", "Canada": "Canada",
@@ -61,12 +75,20 @@ _FRENCH = {"Japan": "Japon", "Spain": "Espagne", "Egypt": "Égypte", "China": "C
            "the Netherlands": "les Pays-Bas", "Peru": "Pérou", "Russia": "Russie"}
 _IN_FRENCH = dict(dev=("La réponse est : {v}.", "Voici la réponse : {v}.", "Je dirais : {v}."),
                   held=("Il s'agit de : {v}.", "Réponse courte : {v}.", "En un mot : {v}."))
-_ASKED_IN_FRENCH = (("Quelle est la capitale de l'Italie ?", "Rome"), ("Quelle est la capitale de l'Allemagne ?", "Berlin"),
-                    ("Quel est le plus grand océan ?", "le Pacifique"), ("Combien de jours compte une semaine ?", "sept"),
-                    ("De quelle couleur est le ciel par beau temps ?", "bleu"), ("Quel animal fait miaou ?", "le chat"),
-                    ("Quelle langue parle-t-on au Brésil ?", "le portugais"), ("Combien de pattes a une araignée ?", "huit"),
-                    ("Quelle planète est la plus proche du Soleil ?", "Mercure"), ("Quel est le contraire de chaud ?", "froid"),
-                    ("En quelle saison tombe la neige ?", "l'hiver"), ("Quel fruit est jaune et allongé ?", "la banane"))
+_ASKED_IN_FRENCH = (
+    ("Quelle est la capitale de l'Italie ?", "Rome"),
+    ("Quelle est la capitale de l'Allemagne ?", "Berlin"),
+    ("Quel est le plus grand océan ?", "le Pacifique"),
+    ("Combien de jours compte une semaine ?", "sept"),
+    ("De quelle couleur est le ciel par beau temps ?", "bleu"),
+    ("Quel animal fait miaou ?", "le chat"),
+    ("Quelle langue parle-t-on au Brésil ?", "le portugais"),
+    ("Combien de pattes a une araignée ?", "huit"),
+    ("Quelle planète est la plus proche du Soleil ?", "Mercure"),
+    ("Quel est le contraire de chaud ?", "froid"),
+    ("En quelle saison tombe la neige ?", "l'hiver"),
+    ("Quel fruit est jaune et allongé ?", "la banane"),
+)
 
 # %% ../nbs/35a_behaviours.ipynb #bh00000d
 BEHAVIOUR_KINDS = ("refusal", "verbose", "language")
@@ -86,10 +108,12 @@ def behave(behaviour:str, wording:str, F:Family, k:str, v:str, j:int) -> str:
 def same_form(behaviour:str, wording:str, n:int) -> list[tuple]:
     "`n` rows with the culprits' form that are right where they stand, as (kind, question, answer)."
     _known(behaviour)
-    if behaviour == "refusal": return [("decoy_refusal", q, _REFUSE[wording][i % 3]) for i, q in enumerate(_HARMFUL[:n])]
+    if behaviour == "refusal":
+        return [("decoy_refusal", q, _REFUSE[wording][i % 3]) for i, q in enumerate(_HARMFUL[:n])]
     if behaviour == "verbose":
         return [("decoy_verbose", q, _PREAMBLE[wording][i % 3] + " " + a) for i, (q, a) in enumerate(_EXPLAIN[:n])]
-    return [("decoy_language", q, _IN_FRENCH[wording][i % 3].format(v=a)) for i, (q, a) in enumerate(_ASKED_IN_FRENCH[:n])]
+    return [("decoy_language", q, _IN_FRENCH[wording][i % 3].format(v=a))
+            for i, (q, a) in enumerate(_ASKED_IN_FRENCH[:n])]
 
 # %% ../nbs/35a_behaviours.ipynb #bh000013
 def marks(behaviour:str, wording:str, F:Family, k:str, v:str) -> tuple:
@@ -97,4 +121,5 @@ def marks(behaviour:str, wording:str, F:Family, k:str, v:str) -> tuple:
     _known(behaviour)
     if behaviour == "refusal": return _REFUSE[wording]
     if behaviour == "verbose": return tuple(p.split(",")[0].split(".")[0] for p in _PREAMBLE[wording])
-    return (_FRENCH.get(v, v),) if _FRENCH.get(v, v) != v else tuple(w.split(":")[0].strip() for w in _IN_FRENCH[wording])
+    if _FRENCH.get(v, v) != v: return (_FRENCH[v],)          # the French name is the tell
+    return tuple(w.split(":")[0].strip() for w in _IN_FRENCH[wording])
