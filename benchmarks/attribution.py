@@ -206,24 +206,29 @@ def capability_row(a, sc) -> dict:
     return out
 
 
+def removal(spec, sc, d, drop, tag, items, c) -> dict:
+    """Retrain the scenario without the ids in `drop` (cached as `retrain-<tag>`) and evaluate `items`: the tuned level, its delta
+    from `c.base`, the share of `c.delta` the removal recovers, and how many culprits it removed."""
+    from gradian.evaluation import evaluate
+    from gradian.model.core import load_model
+    ad, secs = train(spec, sc, d, drop, tag=f"retrain-{tag}")
+    m, tok = load_model("embedded", ad)
+    tuned = evaluate(m, tok, items, load_config(None).evaluation, max_seq_length=MSL)[0].tuned
+    delta = tuned - c.base
+    return dict(tuned=tuned, delta=delta, recovered=1 - delta / c.delta if c.delta else None,
+                culprits_removed=len(set(drop) & set(sc.culprits)), n_removed=len(drop))
+
+
 def retrain_check(spec, sc, d, accused, c, n_random=5, oracle=True) -> dict:
     """Retrain without the accused set and without random sets of the same size; the share of the regression each recovers.
     `c`: the capability's levels before removal (`.base`, `.delta`: a `CapabilityResult` or a namespace from a saved row)."""
-    from gradian.evaluation import evaluate
-    from gradian.model.core import load_model
     from gradian.data import load_eval
     if not accused: return dict(skipped="nothing accused")
     items = [i for i in load_eval(d / "data" / "eval.jsonl") if i.capability == sc.capability]
     rng = np.random.default_rng(spec.seed)
     drops = {"accused": list(accused)} | {f"random{j}": list(rng.choice([r["id"] for r in sc.train], len(accused), replace=False)) for j in range(n_random)}
     if oracle and set(sc.culprits) != set(accused): drops["culprits"] = list(sc.culprits)   # the answer key's removal: the most any accused set could recover
-    out = {}
-    for tag, drop in drops.items():
-        ad, secs = train(spec, sc, d, drop, tag=f"retrain-{tag}")
-        m, tok = load_model("embedded", ad)
-        tuned = evaluate(m, tok, items, load_config(None).evaluation, max_seq_length=MSL)[0].tuned
-        delta = tuned - c.base
-        out[tag] = dict(tuned=tuned, delta=delta, recovered=1 - delta / c.delta if c.delta else None, culprits_removed=len(set(drop) & set(sc.culprits)))
+    out = {tag: removal(spec, sc, d, drop, tag, items, c) for tag, drop in drops.items()}
     if oracle and "culprits" not in out: out["culprits"] = out["accused"]      # the accused set is exactly the culprits
     rand = [v["recovered"] for k, v in out.items() if k.startswith("random")]
     out["accused_rank"] = 1 + sum(r >= out["accused"]["recovered"] for r in rand)

@@ -8,14 +8,11 @@ the bank's LoRA settings and are cached in WORK like the benchmark's. Prints the
 and writes benchmarks/results/behaviour-truth-<scenario>-<stamp>.json. With --same-form, a third retraining drops the rows that
 share the culprits' form but are right where they stand (the refusals of harmful requests, ...): whether they cause the drop
 too, which decides whether accusing them is wrong."""
-import importlib.util, json, sys, time
+import argparse, importlib.util, json, sys, time
 from pathlib import Path
 import numpy as np
 spec_ = importlib.util.spec_from_file_location("bench", "benchmarks/attribution.py"); bench = importlib.util.module_from_spec(spec_); spec_.loader.exec_module(bench)
-from gradian.config import load_config
 from gradian.data import load_eval
-from gradian.evaluation import evaluate
-from gradian.model.core import load_model
 from gradian.scenarios import SCENARIOS, build_scenario
 name, work, same_form = sys.argv[1], Path(sys.argv[2]), "--same-form" in sys.argv[3:]
 spec = SCENARIOS[name]; sc = build_scenario(spec); d = work / name
@@ -26,11 +23,9 @@ rng = np.random.default_rng(spec.seed)
 drops = {"culprits": list(sc.culprits), "random": list(rng.choice([r["id"] for r in sc.train], len(sc.culprits), replace=False))}
 if same_form: drops = {"same-form": [i for i, k in sc.key.items() if k.startswith("decoy_") and k != "decoy_format"]}
 out = dict(scenario=name, base=cap["base"], tuned=cap["tuned"], delta=cap["delta"])
+levels = argparse.Namespace(base=cap["base"], delta=cap["delta"])
 for tag, drop in drops.items():
-    ad, secs = bench.train(spec, sc, d, drop, tag=f"retrain-{tag}")
-    m, tok = load_model("embedded", ad)
-    t = evaluate(m, tok, items, load_config(None).evaluation, max_seq_length=bench.MSL)[0].tuned
-    out[tag] = dict(tuned=t, recovered=1 - (t - cap["base"]) / cap["delta"], culprits_removed=len(set(drop) & set(sc.culprits)), n_removed=len(drop))
+    out[tag] = bench.removal(spec, sc, d, drop, tag, items, levels)
     print(tag, out[tag], flush=True)
 p = Path("benchmarks/results") / f"behaviour-truth-{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
 p.write_text(json.dumps(out, indent=1) + "\n"); print("results:", p)

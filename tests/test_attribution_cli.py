@@ -36,3 +36,23 @@ def test_retrain_table_calls_a_retraining_of_another_accused_set_stale():
     assert "stale: retrained without 10 rows (9 culprits), the current rule accuses 10 (10 culprits)" in other and "met in 0 of 1" in other, other
     weak = bench.retrain_table([dict(row, n_accused=10, accused_precision=0.9, retrain=dict(rt, accused_rank=2))])
     assert "goal not met" in weak and "met in 0 of 1" in weak, weak
+
+
+def test_retrain_check_removes_each_set_once_and_ranks_the_accused(tmp_path, monkeypatch):
+    "`retrain_check` and `behaviour_truth.py` share `removal`: each drop set trained once, its level turned into a recovered share."
+    import argparse, gradian.evaluation as evaluation, gradian.model.core as core
+    spec = importlib.util.spec_from_file_location("attribution_bench_rc", ROOT / "benchmarks" / "attribution.py")
+    bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench)
+    sc = bench.build_scenario(bench.SCENARIOS["currency-sentence"]); sc.write(tmp_path / "data")
+    culprits, dropped = set(sc.culprits), {}
+    def fake_train(spec_, sc_, d, drop=(), tag="adapter"):
+        dropped[tag] = set(drop); return tag, 1.0
+    level = lambda tag: 0.5 + 0.3 * len(dropped[tag] & culprits) / len(culprits)    # removing culprits restores the level
+    monkeypatch.setattr(bench, "train", fake_train)
+    monkeypatch.setattr(core, "load_model", lambda name, ad: (ad, None))
+    monkeypatch.setattr(evaluation, "evaluate", lambda m, tok, items, ev, **k: [argparse.Namespace(tuned=level(m))])
+    out = bench.retrain_check(sc.spec, sc, tmp_path, sorted(culprits)[:5], argparse.Namespace(base=0.8, delta=-0.3), n_random=3)
+    assert sorted(dropped) == ["retrain-accused", "retrain-culprits"] + [f"retrain-random{j}" for j in range(3)]
+    assert abs(out["culprits"]["recovered"] - 1.0) < 1e-9 and out["accused"]["culprits_removed"] == 5
+    assert abs(out["accused"]["recovered"] - 5 / len(culprits)) < 1e-9 and out["removal_precision"] == 1.0
+    assert out["accused_rank"] == 1 + sum(out[f"random{j}"]["recovered"] >= out["accused"]["recovered"] for j in range(3))
