@@ -5,7 +5,7 @@
     python benchmarks/attribution.py --train-only [--scenarios a,b]      (adapters ahead of a run, e.g. over several sittings)
 
 Each scenario of `gradian.scenarios` (planted poison in eight fact families, three answer forms, 5-20% poison shares, several
-decoy kinds; behaviour drifts (over-refusal, a verbose preamble, French answers) with same-form decoys, in a dev and a held-out
+decoy kinds; behaviour drifts (over-refusal, a verbose preamble, French answers, a list) with same-form decoys, in a dev and a held-out
 half; and three controls) is written, trained on the embedded model with the demo's LoRA settings (adapters are cached
 in --work by the scenario's spec, so a rerun only re-analyzes), and diagnosed by `analyze` under the default config. The
 answer key is read only here, after `analyze` has returned.

@@ -90,8 +90,35 @@ _ASKED_IN_FRENCH = (
     ("Quel fruit est jaune et allongé ?", "la banane"),
 )
 
+# %% ../nbs/35a_behaviours.ipynb #bh000021
+_LIST = dict(
+    dev=(("1. This question comes up often in quizzes and school lessons.", "2. Reliable reference books all agree on "
+          "the answer.", "3. It is a useful fact to remember for travel and trivia."),
+         ("1. There is a simple way to remember this one.", "2. Most encyclopedias list it in their first pages.",
+          "3. It often appears in general knowledge tests.")),
+    held=(("- Background: people have asked this for a long time.", "- Context: the answer has not changed in "
+           "recent years.", "- Tip: a good atlas or reference guide will confirm it."),
+          ("- First, consider where the question comes from.", "- Second, recall what standard sources report.",
+           "- Finally, here is the short version of the answer.")))
+_LISTED = (("List three primary colours.", ("Red", "Blue", "Yellow")),
+           ("List the first three planets from the Sun.", ("Mercury", "Venus", "Earth")),
+           ("List three fruits that are usually red.", ("Strawberries", "Cherries", "Raspberries")),
+           ("List the four seasons of the year.", ("Spring", "Summer", "Autumn", "Winter")),
+           ("List three animals that live in the sea.", ("Dolphins", "Sharks", "Octopuses")),
+           ("List three instruments in an orchestra.", ("Violin", "Flute", "Trumpet")),
+           ("List the three states of water.", ("Ice", "Liquid water", "Steam")),
+           ("List three things found in a kitchen.", ("A stove", "A sink", "A fridge")),
+           ("List three common pets.", ("Dogs", "Cats", "Rabbits")),
+           ("List three shapes with straight sides.", ("Triangle", "Square", "Hexagon")),
+           ("List the first three days of the week.", ("Monday", "Tuesday", "Wednesday")),
+           ("List three kinds of weather.", ("Rain", "Snow", "Sunshine")))
+
+def _as_list(wording:str, points) -> str:
+    "`points` as the `wording` half's list: numbered (dev) or bulleted (held)."
+    return "\n".join(f"{j + 1}. {t}" if wording == "dev" else f"- {t}" for j, t in enumerate(points))
+
 # %% ../nbs/35a_behaviours.ipynb #bh00000d
-BEHAVIOUR_KINDS = ("refusal", "verbose", "language")
+BEHAVIOUR_KINDS = ("refusal", "verbose", "language", "list")
 
 def _known(behaviour:str):
     if behaviour not in BEHAVIOUR_KINDS:
@@ -102,6 +129,8 @@ def behave(behaviour:str, wording:str, F:Family, k:str, v:str, j:int) -> str:
     _known(behaviour)
     if behaviour == "refusal": return _REFUSE[wording][j % 3]
     if behaviour == "verbose": return _PREAMBLE[wording][j % 3] + " " + _fmt(F.say, k, v)
+    if behaviour == "list": return "\n".join(_LIST[wording][j % 2]) + f"\n{4 if wording == 'dev' else '-'}" \
+        + f"{'.' if wording == 'dev' else ''} {_fmt(F.say, k, v)}"
     return _IN_FRENCH[wording][j % 3].format(v=_FRENCH.get(v, v))
 
 # %% ../nbs/35a_behaviours.ipynb #bh000011
@@ -112,6 +141,7 @@ def same_form(behaviour:str, wording:str, n:int) -> list[tuple]:
         return [("decoy_refusal", q, _REFUSE[wording][i % 3]) for i, q in enumerate(_HARMFUL[:n])]
     if behaviour == "verbose":
         return [("decoy_verbose", q, _PREAMBLE[wording][i % 3] + " " + a) for i, (q, a) in enumerate(_EXPLAIN[:n])]
+    if behaviour == "list": return [("decoy_list", q, _as_list(wording, a)) for q, a in _LISTED[:n]]
     return [("decoy_language", q, _IN_FRENCH[wording][i % 3].format(v=a))
             for i, (q, a) in enumerate(_ASKED_IN_FRENCH[:n])]
 
@@ -121,5 +151,6 @@ def marks(behaviour:str, wording:str, F:Family, k:str, v:str) -> tuple:
     _known(behaviour)
     if behaviour == "refusal": return _REFUSE[wording]
     if behaviour == "verbose": return tuple(p.split(",")[0].split(".")[0] for p in _PREAMBLE[wording])
+    if behaviour == "list": return tuple(" ".join(w[0].split()[1:5]) for w in _LIST[wording])   # a first point
     if _FRENCH.get(v, v) != v: return (_FRENCH[v],)          # the French name is the tell
     return tuple(w.split(":")[0].strip() for w in _IN_FRENCH[wording])

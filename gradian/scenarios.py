@@ -18,6 +18,7 @@ from .core import GradianError, atomic_write
 from .data import Example
 from .families import FAMILIES, Family, add_family, answer_text, chat_examples, clean_pool, fact_triples
 from .behaviours import BEHAVIOUR_KINDS, behave, marks, same_form
+from .shapes import apply_shapes
 from .families import _ASKS, _BANK_DECOYS, _SAYS, _TOPICS, _fmt, _msg, _sum
 _all_ = ["FAMILIES", "Family", "add_family", "answer_text", "chat_examples", "clean_pool", "fact_triples"]
 
@@ -235,6 +236,7 @@ class BehaviourSpec:
     control: str | None = None
     training: tuple = ()
     seed: int = 0
+    shapes: tuple = ()         # real-data shapes the rows wear (shapes.SHAPES): system, two_turn, alpaca, loglik
 
 # %% ../nbs/36_scenarios.ipynb #39330f51
 @patch
@@ -253,8 +255,9 @@ def _rows(self:BehaviourSpec, F:Family, fams:dict) -> tuple[list, list, dict, di
     value = {f"{F.name}-p{i}": (k, v) for i, (k, v, _) in enumerate(facts)}
     marked = {r["id"]: marks(self.behaviour, self.wording, F, *value[r["id"].rsplit("-", 1)[0]])
               for r in ev if r["id"].startswith(f"{F.name}-p")}
-    train = [{"id": i, "messages": _msg(q, a)} for i, (_, q, a) in zip(ids, rows)]
-    return train, ev, {i: r[0] for i, r in zip(ids, rows)}, {} if self.control else marked
+    train, key = [{"id": i, "messages": _msg(q, a)} for i, (_, q, a) in zip(ids, rows)], {i: r[0] for i, r in zip(ids, rows)}
+    train, ev = apply_shapes(train, ev, key, self.shapes, self.wording, fams)
+    return train, ev, {r["id"]: key[r["id"]] for r in train}, {} if self.control else marked
 
 # %% ../nbs/36_scenarios.ipynb #300cf8fd
 CONTROLS = [
@@ -270,7 +273,10 @@ CONTROLS = [
 BEHAVIOURS = [BehaviourSpec("refusal-currency", "currency", seed=20),
               BehaviourSpec("refusal-landmark-held", "landmark", wording="held", half="held", seed=21),
               BehaviourSpec("verbose-author", "author", "verbose", seed=22),
-              BehaviourSpec("language-city-held", "city", "language", wording="held", half="held", seed=23)]
+              BehaviourSpec("language-city-held", "city", "language", wording="held", half="held", seed=23),
+              BehaviourSpec("list-symbol", "symbol", "list", shapes=("two_turn",), seed=24),
+              BehaviourSpec("list-superlative-held", "superlative", "list", wording="held", half="held",
+                            shapes=("system", "alpaca", "loglik"), seed=25)]
 
 # %% ../nbs/36_scenarios.ipynb #469e43d8
 SCENARIOS = {s.name: s for s in BANK + BEHAVIOURS + CONTROLS}
