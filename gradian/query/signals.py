@@ -188,9 +188,10 @@ def _word_costs(model, tokenizer, prompt:str, generation:str, words:list[tuple[i
     return ((M @ nll) / M.sum(1).clamp(min=1)).cpu().numpy()
 
 # %% ../../nbs/23_query.signals.ipynb #2dbcfa4b
-def _best_start(model, tokenizer, prompt:str, generation:str, reference:str, max_words:int, batch_size:int,
-                margin:float) -> int:
-    "The word start of `generation` where the base model prefers `reference` most over the generated word."
+def _start_gains(model, tokenizer, prompt:str, generation:str, reference:str, max_words:int, batch_size:int,
+                 margin:float) -> tuple[list, np.ndarray]:
+    """Word starts of `generation` and, at each, how many nats more the base model expects `reference` there than
+    the generated word (-inf where the reference does not fit)."""
     starts = _word_starts(generation, max_words)
     heads = [_join(generation[:p].rstrip() if p else "", reference) for p in starts]
     with adapter_disabled(model):
@@ -198,13 +199,24 @@ def _best_start(model, tokenizer, prompt:str, generation:str, reference:str, max
         ref_cost, ref_total = _span_costs(model, tokenizer, prompt, spans, batch_size)
         gen_cost = _word_costs(model, tokenizer, prompt, generation, [_next_word(generation, p) for p in starts])
     fits = ref_total <= ref_total.min() + margin           # where the base model would put the reference at all
-    return starts[int(np.argmax(np.where(fits, gen_cost - ref_cost, -np.inf)))]
+    return starts, np.where(fits, gen_cost - ref_cost, -np.inf)
+
+def _best_start(model, tokenizer, prompt:str, generation:str, reference:str, max_words:int, batch_size:int,
+                margin:float) -> int:
+    "The word start of `generation` where the base model prefers `reference` most over the generated word."
+    starts, gain = _start_gains(model, tokenizer, prompt, generation, reference, max_words, batch_size, margin)
+    return starts[int(np.argmax(gain))]
 
 # %% ../../nbs/23_query.signals.ipynb #0c3818e2
 def minimal_pair(model, tokenizer, item_id:str, prompt:str, generation:str, reference:str, max_words:int=24,
                  batch_size:int=16, margin:float=2.0) -> QueryPair:
-    "A contrastive `QueryPair` whose correct side is the generation with its answer span replaced by the reference."
-    p = _best_start(model, tokenizer, prompt, generation, reference, max_words, batch_size, margin)
+    """A contrastive `QueryPair` whose correct side is the generation with its answer span replaced by the reference;
+    whole answers where the base model prefers every generated word to the reference (a refusal has no answer span)."""
+    starts, gain = _start_gains(model, tokenizer, prompt, generation, reference, max_words, batch_size, margin)
+    if gain.max() <= 0:
+        return QueryPair(item_id, prompt, reference, generation, "contrastive", "", form="whole answers",
+                         reference=reference)
+    p = starts[int(np.argmax(gain))]
     correct, cspan, wspan = _pair_from_prefix(generation, reference, p)
     if wspan[0] == wspan[1]: wspan = None               # nothing generated at that point: supervise the whole answer
     return QueryPair(item_id, prompt, correct, generation, "contrastive", "", cspan, wspan, "minimal pair", reference)
