@@ -54,6 +54,7 @@ class ScenarioSpec:
     long_states: str = "wrong" # they bury the wrong answer (planted_long) or the correct one (decoy_long: the mirror)
     training: tuple = ()       # (key, value) overrides of DEMO_TRAINING, e.g. (("lr", 1e-2),)
     seed: int = 0
+    half: str = "dev"          # dev (rules may be tuned on it) or held (other families: only scored)
 
 # %% ../nbs/36_scenarios.ipynb #9002f886
 @dataclass
@@ -217,6 +218,13 @@ BANK += [
     ScenarioSpec("author-sentence-decoys21", "author", "sentence", 0.20, decoys=("format",), decoy_reps=7, n_clean=95,
                  seed=17),
     ScenarioSpec("currency-sentence-small", "currency", "sentence", 0.20, decoys=("format",), n_clean=60, seed=18),
+]
+
+# %% ../nbs/36_scenarios.ipynb #hf000002
+BANK += [
+    ScenarioSpec("language-word-held", "language", "word", 0.20, decoys=("format",), n_clean=110, half="held", seed=26),
+    ScenarioSpec("plural-sentence-held", "plural", "sentence", 0.10, decoys=("format",), n_clean=120, second="opposite",
+                 half="held", seed=27),
 ]
 
 # %% ../nbs/36_scenarios.ipynb #cfd61c71
