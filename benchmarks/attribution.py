@@ -66,9 +66,9 @@ def train_all(names, work: Path) -> dict:
 
 def teach_mask(a, sc) -> tuple:
     "The second rule's evidence of an analysis, per query pair: (examples x pairs mask, the pairs' item ids)."
-    from gradian.data import Example
+    from gradian.data import Example, row_to_messages
     att, rows = a.attribution, {r["id"]: r for r in sc.train}
-    ex = [Example(i, rows[i]["messages"]) for i in att.index.ids]
+    ex = [Example(i, row_to_messages(rows[i], {})) for i in att.index.ids]
     return teaches_wrong_answer(ex, att.query.pairs), [p.item_id for p in att.query.pairs]
 
 
@@ -92,13 +92,13 @@ def pairs_from_report(n, work: Path, report: str = None):
 def teach_from_report(n, work: Path):
     """The second rule's evidence for scores saved before it existed: `teaches_wrong_answer` over the minimal pairs
     rebuilt from the saved report (`pairs_from_report`). None without a report."""
-    from gradian.data import Example
+    from gradian.data import Example, row_to_messages
     got = pairs_from_report(n, work)
     if got is None: return None
     pairs = got[0]
     sc, ids = build_scenario(SCENARIOS[n]), [str(i) for i in np.load(work / n / f"scores{_suffix()}.npz")["ids"]]
     rows = {r["id"]: r for r in sc.train}
-    return teaches_wrong_answer([Example(i, rows[i]["messages"]) for i in ids], pairs), [p.item_id for p in pairs]
+    return teaches_wrong_answer([Example(i, row_to_messages(rows[i], {})) for i in ids], pairs), [p.item_id for p in pairs]
 
 
 def _columns(teach, labels):
