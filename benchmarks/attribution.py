@@ -133,7 +133,7 @@ def diagnosis(a, sc, cfg, scores=None, teach=None) -> dict:
     return row
 
 
-RULES = {"second rule off": ["cluster.teach_z=null"], "teach_z=4": ["cluster.teach_z=4"], "accuse_z=5": ["cluster.accuse_z=5"], "accuse_z=6": ["cluster.accuse_z=6"], "accuse_frac=0.25": ["cluster.accuse_frac=0.25"],
+RULES = {"second rule off": ["cluster.teach_z=null"], "teach_z=4": ["cluster.teach_z=4"], "accuse_z=3.5": ["cluster.accuse_z=3.5"], "accuse_z=4": ["cluster.accuse_z=4"], "accuse_z=5": ["cluster.accuse_z=5"], "accuse_z=6": ["cluster.accuse_z=6"], "accuse_frac=0.25": ["cluster.accuse_frac=0.25"],
          "accuse_z=5,frac=0.25": ["cluster.accuse_z=5", "cluster.accuse_frac=0.25"]}
 ACCUSED_FROM = ("blamed clusters", "first blamed cluster", "uncorrected first cluster")
 
