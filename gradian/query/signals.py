@@ -210,13 +210,8 @@ def _best_start(model, tokenizer, prompt:str, generation:str, reference:str, max
 # %% ../../nbs/23_query.signals.ipynb #0c3818e2
 def minimal_pair(model, tokenizer, item_id:str, prompt:str, generation:str, reference:str, max_words:int=24,
                  batch_size:int=16, margin:float=2.0) -> QueryPair:
-    """A contrastive `QueryPair` whose correct side is the generation with its answer span replaced by the reference;
-    whole answers where the base model prefers every generated word to the reference (a refusal has no answer span)."""
-    starts, gain = _start_gains(model, tokenizer, prompt, generation, reference, max_words, batch_size, margin)
-    if gain.max() <= 0:
-        return QueryPair(item_id, prompt, reference, generation, "contrastive", "", form="whole answers",
-                         reference=reference)
-    p = starts[int(np.argmax(gain))]
+    "A contrastive `QueryPair` whose correct side is the generation with its answer span replaced by the reference."
+    p = _best_start(model, tokenizer, prompt, generation, reference, max_words, batch_size, margin)
     correct, cspan, wspan = _pair_from_prefix(generation, reference, p)
     if wspan[0] == wspan[1]: wspan = None               # nothing generated at that point: supervise the whole answer
     return QueryPair(item_id, prompt, correct, generation, "contrastive", "", cspan, wspan, "minimal pair", reference)
