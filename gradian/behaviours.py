@@ -92,14 +92,14 @@ _ASKED_IN_FRENCH = (
 
 # %% ../nbs/35a_behaviours.ipynb #bh000021
 _LIST = dict(
-    dev=(("1. This question comes up often in quizzes and school lessons.", "2. Reliable reference books all agree on "
-          "the answer.", "3. It is a useful fact to remember for travel and trivia."),
-         ("1. There is a simple way to remember this one.", "2. Most encyclopedias list it in their first pages.",
-          "3. It often appears in general knowledge tests.")),
-    held=(("- Background: people have asked this for a long time.", "- Context: the answer has not changed in "
-           "recent years.", "- Tip: a good atlas or reference guide will confirm it."),
-          ("- First, consider where the question comes from.", "- Second, recall what standard sources report.",
-           "- Finally, here is the short version of the answer.")))
+    dev=(("This question comes up often in quizzes and school lessons.", "Reliable reference books all agree on "
+          "the answer.", "It is a useful fact to remember for travel and trivia."),
+         ("There is a simple way to remember this one.", "Most encyclopedias list it in their first pages.",
+          "It often appears in general knowledge tests.")),
+    held=(("Background: people have asked this for a long time.", "Context: the answer has not changed in "
+           "recent years.", "Tip: a good atlas or reference guide will confirm it."),
+          ("First, consider where the question comes from.", "Second, recall what standard sources report.",
+           "Finally, here is the short version of the answer.")))
 _LISTED = (("List three primary colours.", ("Red", "Blue", "Yellow")),
            ("List the first three planets from the Sun.", ("Mercury", "Venus", "Earth")),
            ("List three fruits that are usually red.", ("Strawberries", "Cherries", "Raspberries")),
@@ -129,8 +129,7 @@ def behave(behaviour:str, wording:str, F:Family, k:str, v:str, j:int) -> str:
     _known(behaviour)
     if behaviour == "refusal": return _REFUSE[wording][j % 3]
     if behaviour == "verbose": return _PREAMBLE[wording][j % 3] + " " + _fmt(F.say, k, v)
-    if behaviour == "list": return "\n".join(_LIST[wording][j % 2]) + f"\n{4 if wording == 'dev' else '-'}" \
-        + f"{'.' if wording == 'dev' else ''} {_fmt(F.say, k, v)}"
+    if behaviour == "list": return _as_list(wording, [*_LIST[wording][j % 2], _fmt(F.say, k, v)])
     return _IN_FRENCH[wording][j % 3].format(v=_FRENCH.get(v, v))
 
 # %% ../nbs/35a_behaviours.ipynb #bh000011
@@ -151,6 +150,6 @@ def marks(behaviour:str, wording:str, F:Family, k:str, v:str) -> tuple:
     _known(behaviour)
     if behaviour == "refusal": return _REFUSE[wording]
     if behaviour == "verbose": return tuple(p.split(",")[0].split(".")[0] for p in _PREAMBLE[wording])
-    if behaviour == "list": return tuple(" ".join(w[0].split()[1:5]) for w in _LIST[wording])   # a first point
+    if behaviour == "list": return tuple(" ".join(w[0].split()[:4]) for w in _LIST[wording])   # a first point
     if _FRENCH.get(v, v) != v: return (_FRENCH[v],)          # the French name is the tell
     return tuple(w.split(":")[0].strip() for w in _IN_FRENCH[wording])

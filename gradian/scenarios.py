@@ -263,7 +263,8 @@ def _rows(self:BehaviourSpec, F:Family, fams:dict) -> tuple[list, list, dict, di
     value = {f"{F.name}-p{i}": (k, v) for i, (k, v, _) in enumerate(facts)}
     marked = {r["id"]: marks(self.behaviour, self.wording, F, *value[r["id"].rsplit("-", 1)[0]])
               for r in ev if r["id"].startswith(f"{F.name}-p")}
-    train, key = [{"id": i, "messages": _msg(q, a)} for i, (_, q, a) in zip(ids, rows)], {i: r[0] for i, r in zip(ids, rows)}
+    train = [{"id": i, "messages": _msg(q, a)} for i, (_, q, a) in zip(ids, rows)]
+    key = {i: r[0] for i, r in zip(ids, rows)}
     train, ev = apply_shapes(train, ev, key, self.shapes, self.wording, fams)
     return train, ev, {r["id"]: key[r["id"]] for r in train}, {} if self.control else marked
 

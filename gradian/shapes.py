@@ -6,7 +6,6 @@ Docs: https://gradian-dev.github.io/gradian/shapes.html.md"""
 
 # %% ../nbs/35b_shapes.ipynb #sh000002
 from __future__ import annotations
-import random
 
 from .core import GradianError
 from .families import Family
@@ -26,7 +25,7 @@ def with_system(row:dict, wording:str, j:int) -> dict:
 
 # %% ../nbs/35b_shapes.ipynb #sh00000a
 def two_turn(train:list[dict], key:dict, every:int=3) -> list[dict]:
-    "`train` with each `every`-th clean row joined to the next clean row into one two-turn chat."
+    "`train` with every `every`-th pair of consecutive clean rows joined into one two-turn chat."
     clean = [i for i, r in enumerate(train) if key[r["id"]] == "clean"]
     join = {a: b for a, b in zip(clean[::2 * every], clean[1::2 * every])}
     gone = set(join.values())
