@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from .core import GradianError
+from .data import row_to_messages
 from .scenarios import ScenarioSpec, build_scenario, truth_metrics
 from .suite import (RAISE, SuiteParams, Verdict, device_name, retrained_delta, round_one, suite_model,
                            train_and_analyze)
@@ -87,8 +88,10 @@ _TAIL = (" It is a fact students are often asked to remember together with other
          " writing down on a card and repeating aloud a few times during the week until it comes without effort.")
 
 def _with_answer(r, f):
-    return {**r, "messages": [m if m["role"] != "assistant" else {**m, "content": f(m["content"])}
-                              for m in r["messages"]]}
+    "Row `r` as a chat (whatever format it came in, its other keys kept) with `f` applied to each assistant turn."
+    keep = {k: v for k, v in r.items() if k not in ("prompt", "completion", "instruction", "input", "output")}
+    return {**keep, "messages": [m if m["role"] != "assistant" else {**m, "content": f(m["content"])}
+                                 for m in row_to_messages(r, {})]}
 
 # %% ../nbs/40_experiments.ipynb #01dc004b
 def _n_tokens(tok, rows) -> dict:
