@@ -56,3 +56,18 @@ def test_retrain_check_removes_each_set_once_and_ranks_the_accused(tmp_path, mon
     assert abs(out["culprits"]["recovered"] - 1.0) < 1e-9 and out["accused"]["culprits_removed"] == 5
     assert abs(out["accused"]["recovered"] - 5 / len(culprits)) < 1e-9 and out["removal_precision"] == 1.0
     assert out["accused_rank"] == 1 + sum(out[f"random{j}"]["recovered"] >= out["accused"]["recovered"] for j in range(3))
+
+
+def test_second_rule_evidence_reads_every_row_format():
+    "A scenario in real-data shapes (alpaca rows, system prompts) feeds the second rule's evidence; before, alpaca rows raised KeyError."
+    import argparse
+    from gradian.query.signals import QueryPair
+    spec = importlib.util.spec_from_file_location("attribution_bench_shapes", ROOT / "benchmarks" / "attribution.py")
+    bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench)
+    sc = bench.build_scenario(bench.SCENARIOS["list-superlative-held"])
+    assert any("instruction" in r for r in sc.train)
+    ids = [r["id"] for r in sc.train]
+    pair = QueryPair("x", "Name the largest ocean on Earth.", "Pacific", "Atlantic", "contrastive", reference="Pacific")
+    a = argparse.Namespace(attribution=argparse.Namespace(index=argparse.Namespace(ids=ids), query=argparse.Namespace(pairs=[pair])))
+    mask, items = bench.teach_mask(a, sc)
+    assert mask.shape == (len(ids), 1) and items == ["x"]
