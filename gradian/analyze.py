@@ -83,8 +83,22 @@ class Analysis:
     def _repr_markdown_(self) -> str: return self.report.to_markdown()
 
 # %% ../nbs/33_analyze.ipynb #faf12082
-def _lead(decisions, clusters, xref, alpha, n_accused:int|None=None):
-    gated = [d for d in decisions if d.gated]
+def _per_capability_text(per:dict) -> str:
+    "One clause per capability: its accused rows and leading cluster, or that it is diffuse."
+    say = lambda e: (f"{len(e['accused_example_ids'])} rows accused (cluster {e['leading_cluster']['id']}, "
+                     f"p = {e['leading_cluster']['p_value']:.3g})" if e["verdict"] == "attributed" else "diffuse")
+    return "; per capability: " + "; ".join(f"'{c}' {say(e)}" for c, e in per.items())
+
+def _diffuse_text(per:dict) -> str:
+    "What a user can act on when no group of rows stands out: the spread of the harm, its topics, the remedy to test."
+    parts = [f"in '{c}' {e['share_harmful']:.0%} of the training rows push its loss up and the most harmful topics are "
+             + (", ".join(f"{t['label']} ({t['share_of_harm']:.0%} of the harm)" for t in e["harm_by_topic"]) or "none")
+             for c, e in per.items() if e["verdict"] == "diffuse"]
+    return ("; ".join(parts) + ". Removing one group of rows is not the remedy this supports: retrain with general "
+            "rows mixed in (say one for every three of yours) and compare the capability again")
+
+def _lead(decisions, clusters, xref, alpha, n_accused:int|None=None, by_capability:dict|None=None):
+    gated, per = [d for d in decisions if d.gated], by_capability or {}
     if not gated:
         text = "no capability regressed significantly, so nothing is attributed"
         return "refused", {"kind": "none", "text": text}, None
@@ -92,16 +106,19 @@ def _lead(decisions, clusters, xref, alpha, n_accused:int|None=None):
         f = xref[0]
         defect = {"kind": "data_defect", "text": f"data defect {f.details['check_id']}: {f.message}"}
         return "attributed", defect, f.details["cluster"]
-    top = blamed_cluster(clusters, alpha)
-    if top is None:
-        why = "no cluster is harmful beyond what random groups of the same size reach" if clusters else "no clusters"
-        text = f"the regression is real, but attribution is inconclusive: {why}"
-        return "inconclusive", {"kind": "none", "text": text}, None
+    top, split = blamed_cluster(clusters, alpha), _per_capability_text(per) if len(per) > 1 else ""
+    if top is None and not any(e["verdict"] == "attributed" for e in per.values()):
+        if not clusters:
+            return "inconclusive", {"kind": "none", "text": "the regression is real, but there are no clusters"}, None
+        text = ("the regression is real but diffuse: no group of rows is harmful beyond what random groups of the same "
+                "size reach" + (f"; {_diffuse_text(per)}" if per else ""))
+        return "diffuse", {"kind": "diffuse", "text": text}, None
+    if top is None: return "attributed", {"kind": "cluster", "text": "no cluster stands out over every item" + split}, None
     text = (f"cluster {top.id} ({top.label}): {len(top.accused_example_ids)} accused of {top.size} examples, predicted "
             f"query-loss change if removed {top.predicted_loss_delta_if_removed:+.4g} (p = {top.harm_p:.3g} against "
             f"random groups, Holm-corrected over the candidate clusters)")
     text += f"; {n_accused} examples accused in all" if n_accused else ""
-    return "attributed", {"kind": "cluster", "text": text}, top.id
+    return "attributed", {"kind": "cluster", "text": text + split}, top.id
 
 # %% ../nbs/33_analyze.ipynb #d9bbda20
 def _summary(verdict, decisions, caps, lead) -> str:
@@ -154,9 +171,10 @@ def _report(res:Analysis, *, verdict:str, lead:dict, provenance:dict, examples:S
     "The `Report` of an analysis; its markdown lists `top_k` examples (None: every accused one and ten more, >= 20)."
     att, caps, decisions = res.attribution, res.capabilities, res.decisions
     gated = {d.capability: d.gated for d in decisions}
-    n_accused = int(att.accused.sum()) if att else 0
+    n_accused, per = int(att.accused.sum()) if att else 0, att.by_capability if att else {}
     return Report(verdict, _summary(verdict, decisions, caps, lead), lead,
-                  capabilities=[{**c.summary(), "gated": gated[c.name]} for c in caps],
+                  capabilities=[{**c.summary(), "gated": gated[c.name], **({"attribution": per[c.name]} if c.name in per
+                                                                   else {})} for c in caps],
                   findings=[f.to_dict() for f in sort_findings(res.findings)],
                   clusters=[c.to_dict() for c in res.clusters],
                   examples=att.examples if att else [], spans=att.spans if att else [],
@@ -195,7 +213,7 @@ def analyze(model="embedded", adapter=None, train=None, eval=None, out=None, cfg
         findings = sort_findings(list(findings) + att.findings + index_findings(att.index))  # + rows the index excluded
     res = Analysis(None, out, caps, decisions, findings, att, st.timings)
     verdict, lead, _ = _lead(decisions, res.clusters, att.findings if att else [], cfg.cluster.alpha,
-                             int(att.accused.sum()) if att else None)
+                             int(att.accused.sum()) if att else None, att.by_capability if att else None)
     with st("report", str(out)):
         prov = report_provenance(att, engine, run, res.timings)
         res.report = _report(res, verdict=verdict, lead=lead, provenance=prov, examples=examples,

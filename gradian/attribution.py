@@ -29,9 +29,9 @@ from .cluster import (Clustering, accuse, aggregate_clusters, blamed_clusters, c
 from .crosscheck import cross_reference, engine_agreement, signal_comparison
 
 # %% auto #0
-__all__ = ['Stages', 'open_index', 'regressed_items', 'Blame', 'blame', 'rank_examples', 'teaches_wrong_answer',
-           'teaches_columns', 'Attribution', 'with_path_scores', 'PathPoint', 'score_point', 'path_scales',
-           'path_scores', 'attribute']
+__all__ = ['Stages', 'open_index', 'regressed_items', 'Blame', 'blame', 'rank_examples', 'capability_columns',
+           'blame_by_capability', 'helps_elsewhere', 'capability_entry', 'teaches_wrong_answer', 'teaches_columns',
+           'Attribution', 'with_path_scores', 'PathPoint', 'score_point', 'path_scales', 'path_scores', 'attribute']
 
 # %% ../nbs/28_attribution.ipynb #ba1fb1f8
 class Stages:
@@ -117,6 +117,46 @@ def rank_examples(scores:InfluenceScores, b:Blame, top_k:int|None=None) -> list[
                  **({"scored_by_sentence": True} if scores.ids[i] in sent else {}),
                  **({"teaches_wrong_answer": True} if taught[i] else {})) for i in b.order[:top_k]]
 
+# %% ../nbs/28_attribution.ipynb #pc360002
+def capability_columns(pairs:Sequence, n_columns:int, capability_of:dict) -> dict[str, np.ndarray]:
+    "{capability: mask over the score columns}: column j scores pair j mod len(pairs); `capability_of` maps item ids."
+    caps = [capability_of[pairs[j % len(pairs)].item_id] for j in range(n_columns)]
+    return {c: np.array([x == c for x in caps]) for c in dict.fromkeys(caps)}
+
+def _subset(scores:InfluenceScores, m:np.ndarray) -> InfluenceScores:
+    "`scores` restricted to the columns `m` marks."
+    return replace(scores, scores=scores.scores[:, m], labels=[l for l, k in zip(scores.labels, m) if k])
+
+def blame_by_capability(scores:InfluenceScores, clustering:Clustering, cfg:GradianConfig, teaches:np.ndarray|None,
+                        columns:dict) -> dict[str, Blame]:
+    "`blame` for each capability over its own score columns (`capability_columns`)."
+    return {c: blame(_subset(scores, m), clustering, cfg, None if teaches is None else np.asarray(teaches)[:, m])
+            for c, m in columns.items()}
+
+# %% ../nbs/28_attribution.ipynb #pc360006
+def helps_elsewhere(scores:InfluenceScores, columns:dict, per:dict, cfg:GradianConfig) -> dict[str, dict]:
+    """{capability: {accused row index: [other capabilities it helps]}}: a row helps where its robust z on another
+    capability's column is above `cluster.accuse_z` (the accusation rule's mirror)."""
+    Z, S = robust_z(scores.scores), np.asarray(scores.scores)
+    good = {c: ((Z[:, m] > cfg.cluster.accuse_z) & (S[:, m] > 0)).any(1) for c, m in columns.items()}
+    return {c: {int(i): [o for o in columns if o != c and good[o][i]] for i in np.flatnonzero(b.accused)
+                if any(good[o][i] for o in columns if o != c)} for c, b in per.items()}
+
+# %% ../nbs/28_attribution.ipynb #pc360009
+def capability_entry(b:Blame, sub:InfluenceScores, helps:dict, n_topics:int=3) -> dict:
+    """One capability's part of a diagnosis (`sub`: its score columns): `attributed` with its accused rows by harm and
+    leading cluster, or `diffuse`; either way the share of rows pushing its loss up and the topics carrying the harm."""
+    ids, s, top = sub.ids, np.asarray(sub.scores).mean(1), (b.blamed or [None])[0]
+    acc, harm = [int(i) for i in b.order if b.accused[i]], float(s[s < 0].sum())
+    topics = [dict(cluster=c.id, label=c.label, size=c.size, share_of_harm=float(c.score / harm) if harm else 0.0)
+              for c in sorted(b.clusters, key=lambda c: c.score)[:n_topics] if c.score < 0]
+    lead = top and dict(id=top.id, label=top.label, size=top.size, n_accused=len(top.accused_example_ids),
+                        p_value=float(top.harm_p))
+    return dict(verdict="attributed" if top else "diffuse", accused_example_ids=[ids[i] for i in acc],
+                leading_cluster=lead or None, predicted_loss_delta_if_removed=float(s[acc].sum() / len(ids)),
+                share_harmful=float((s < 0).mean()), harm_by_topic=topics,
+                helps_elsewhere={ids[i]: v for i, v in helps.items()})
+
 # %% ../nbs/28_attribution.ipynb #2f3731cb
 def _wrong_text(p) -> str|None:
     "The span a contrastive pair's wrong side carries its loss on (the tuned model's answer in place of the reference)."
@@ -165,6 +205,7 @@ class Attribution:
     findings: list = field(default_factory=list)           # the cross-reference's attribution.* findings
     comparisons: dict = field(default_factory=dict)        # signal_comparison, engine_agreement
     teaches: np.ndarray|None = None                       # (examples x score columns) the second rule's evidence
+    by_capability: dict = field(default_factory=dict)     # capability -> `capability_entry`
     @property
     def signal(self) -> str:
         "The query signal(s) used, as the report states them."
@@ -283,6 +324,9 @@ def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:
         cl = cluster_examples(examples, cfg.cluster)
         teach = teaches_columns(teaches_wrong_answer(examples, pairs), [p.item_id for p in pairs], sc.labels)
         bl = blame(sc, cl, cfg, teach)
+        cols = capability_columns(pairs, sc.scores.shape[1], {it.id: it.capability for it in reg_gens[0]})
+        per = blame_by_capability(sc, cl, cfg, teach, cols); hl = helps_elsewhere(sc, cols, per, cfg)
+        by_cap = {c: capability_entry(b, _subset(sc, cols[c]), hl[c]) for c, b in per.items()}
     with st("cross-reference", "harmful clusters against mechanical findings"):
         xref = cross_reference(bl.clusters, findings, cfg.cluster.alpha, len(examples))
     ranked = rank_examples(sc, bl)                # the whole ranking: report.json keeps it, report.md shows its head
@@ -293,4 +337,4 @@ def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:
         comp = _compare(model, tokenizer, reg_gens[0], first.index, first.query, first.engine, cl, bl.clusters,
                         sc.scores.mean(1), cfg)
     return Attribution(first.index, first.query, first.engine, sc, cl, bl.clusters, ranked, spans, bl.accused,
-                       bl.strength, xref, comp, teach)
+                       bl.strength, xref, comp, teach, by_cap)

@@ -154,20 +154,33 @@ def add_train_args(p:argparse.ArgumentParser):
       help="steps between printed losses (default: training.logging_steps)")
     a("--mask-ids", metavar="IDS",
       help="train with these examples in the batches but out of the loss: 'a,b', @ids.txt (one per line) "
-           "or @report.json (every example the report accuses), to check an accusation by retraining")
+           "@report.json (every example the report accuses) or @report.json#CAPABILITY (those accused for one "
+           "capability), to check an accusation by retraining")
     a("--overwrite", action="store_true", help="replace an existing --out folder")
     a("--no-progress", action="store_true", help="no progress bar (the loss lines are still printed)")
 
 # %% ../nbs/38_cli.ipynb #e8b6e3da
+def _report_ids(path:Path, cap:str) -> list[str]:
+    "The examples report.json at `path` accuses: all of them, or (`cap`) those accused for that one capability."
+    rep = json.loads(path.read_text())
+    if not cap: return [str(e["id"]) for e in rep["examples"] if e.get("accused")]
+    ents = {c["name"]: c.get("attribution") for c in rep["capabilities"]}
+    if not (ents.get(cap) or {}).get("accused_example_ids"):
+        named = [n for n, e in ents.items() if e and e["accused_example_ids"]]
+        raise GradianError(f"{path} accuses no example for capability {cap!r}",
+                           fix=f"name one of: {', '.join(named)}" if named else "this report accuses no capability's rows")
+    return [str(i) for i in ents[cap]["accused_example_ids"]]
+
 def read_ids(spec:str) -> list[str]:
-    """Example ids from a flag: `a,b,c`, `@ids.txt` (one per line) or `@report.json` (the examples a Gradian report
-    accuses)."""
+    """Example ids from a flag: `a,b,c`, `@ids.txt` (one per line), `@report.json` (the examples a Gradian report
+    accuses) or `@report.json#capability` (those it accuses for that capability)."""
     if not spec.startswith("@"): return [s.strip() for s in spec.split(",") if s.strip()]
-    path = Path(spec[1:])
+    ref, hash_, cap = spec[1:].rpartition("#")
+    path, cap = (Path(ref), cap) if hash_ and ref.endswith(".json") else (Path(spec[1:]), "")
     if not path.is_file():
         raise GradianError(f"no id file at {path}", fix="pass @FILE naming an existing ids.txt or report.json")
     if path.suffix != ".json": return [l.strip() for l in path.read_text().splitlines() if l.strip()]
-    try: ids = [str(e["id"]) for e in json.loads(path.read_text())["examples"] if e.get("accused")]
+    try: ids = _report_ids(path, cap)
     except (ValueError, KeyError, TypeError) as e:
         raise GradianError(f"{path} is not a Gradian report.json ({e})",
                            fix="pass the report.json that `gradian analyze` wrote")

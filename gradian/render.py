@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['clipped_texts', 'save_figures']
+__all__ = ['PER_CAPABILITY_HEAD', 'per_capability_rows', 'diffuse_notes', 'clipped_texts', 'save_figures']
 
 # %% ../nbs/29_render.ipynb #4ecc74e4
 def _flatten(d:Any, prefix:str="") -> list[tuple[str, Any]]:
@@ -32,6 +32,30 @@ def _fmt(v, signed:bool=True) -> str:
 _BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
 
 def _one_line(s) -> str: return " ".join(_BIDI.sub("\ufffd", str(s).replace("\x00", "\ufffd")).splitlines())
+
+# %% ../nbs/29_render.ipynb #rn360002
+PER_CAPABILITY_HEAD = ["capability", "verdict", "rows accused", "leading cluster", "p",
+                       "accused rows that help another capability"]
+_MASK_ONE = "To retrain without one capability's accused rows: `gradian train ... --mask-ids @report.json#<capability>`."
+
+def per_capability_rows(capabilities:list) -> list[list]:
+    "One row per gated capability (`PER_CAPABILITY_HEAD`) when two were attributed or one is diffuse; else none."
+    ents = [(c["name"], c["attribution"]) for c in capabilities if c.get("attribution")]
+    if len(ents) < 2 and not any(e["verdict"] == "diffuse" for _, e in ents): return []
+    lc = lambda e: e.get("leading_cluster") or {}
+    return [[n, e["verdict"], len(e["accused_example_ids"]), lc(e).get("label", "none"),
+             f"{lc(e)['p_value']:.3g}" if lc(e) else "",
+             "; ".join(f"{i} (helps {', '.join(o)})" for i, o in e.get("helps_elsewhere", {}).items()) or "none"]
+            for n, e in ents]
+
+# %% ../nbs/29_render.ipynb #rn360003
+def diffuse_notes(capabilities:list) -> list[str]:
+    "For each diffuse capability, in words: how widely the harm is spread, where it sits, and the remedy to test."
+    return [f"{c['name']} is diffuse: {e['share_harmful']:.0%} of the training rows push its loss up; the most "
+            "harmful topics are " + (", ".join(f"{t['label']} ({t['share_of_harm']:.0%} of the harm)"
+                                           for t in e.get("harm_by_topic", [])) or "none") + ". No single group of rows "
+            "explains the drop: test a retraining with general rows mixed in, not a removal."
+            for c in capabilities if (e := c.get("attribution")) and e["verdict"] == "diffuse"]
 
 # %% ../nbs/29_render.ipynb #dec7fc7f
 def _plain(s) -> str:

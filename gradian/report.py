@@ -13,21 +13,25 @@ from typing import Any, Callable, Optional, Sequence
 
 from fastcore.basics import patch
 from .core import GradianError, SIGN_CONVENTION, atomic_write, write_json, _canon, hash_file
-from .render import _flatten, _fmt, _one_line, save_figures
+from .render import (PER_CAPABILITY_HEAD, _MASK_ONE, _flatten, _fmt, _one_line, diffuse_notes,
+                            per_capability_rows, save_figures)
 
 # %% auto #0
 __all__ = ['SCHEMA_VERSION', 'REPORT_SCHEMA', 'REPORT_SEAL', 'validate_report', 'Md', 'md_escape', 'md_code', 'Report',
            'shaky_agreement', 'to_markdown', 'save', 'verify_report']
 
 # %% ../nbs/30_report.ipynb #5852234a
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 _num = {"type": ["number", "null"]}
 _CAPABILITY = {
     "type": "object",
     "required": ["name", "metric", "base", "tuned", "delta", "ci_low", "ci_high", "n", "gated", "proxy_used"],
     "properties": {"name": {"type": "string"}, "metric": {"enum": ["exact_match", "contains", "loglik"]},
                    "base": _num, "tuned": _num, "delta": _num, "ci_low": _num, "ci_high": _num,
-                   "n": {"type": "integer"}, "gated": {"type": "boolean"}, "proxy_used": {"type": "boolean"}}}
+                   "n": {"type": "integer"}, "gated": {"type": "boolean"}, "proxy_used": {"type": "boolean"},
+                   "attribution": {"type": "object", "required": ["verdict", "accused_example_ids"],   # gated ones only
+                                   "properties": {"verdict": {"enum": ["attributed", "diffuse"]},
+                                                  "accused_example_ids": {"type": "array"}}}}}
 
 # %% ../nbs/30_report.ipynb #adfe962a
 _FINDING = {
@@ -54,10 +58,10 @@ REPORT_SCHEMA = {
                  "spans", "refused", "provenance"],
     "properties": {
         "schema_version": {"const": SCHEMA_VERSION},
-        "verdict": {"enum": ["attributed", "refused", "inconclusive"]},
+        "verdict": {"enum": ["attributed", "diffuse", "refused", "inconclusive"]},
         "summary": {"type": "string"},
         "lead": {"type": "object", "required": ["kind", "text"],
-                 "properties": {"kind": {"enum": ["data_defect", "cluster", "none"]}, "text": {"type": "string"}}},
+                 "properties": {"kind": {"enum": ["data_defect", "cluster", "diffuse", "none"]}, "text": {"type": "string"}}},
         "capabilities": {"type": "array", "items": _CAPABILITY}, "findings": {"type": "array", "items": _FINDING},
         "clusters": {"type": "array", "items": _CLUSTER}, "examples": {"type": "array", "items": _EXAMPLE},
         "spans": {"type": "array"},
@@ -157,6 +161,13 @@ def _md_capabilities(self:Report) -> str:
              _fmt(c["tuned"], False), _fmt(c["delta"]), Md(f"[{_fmt(c['ci_low'])}, {_fmt(c['ci_high'])}]"), c["n"],
              c.get("n_regressed", ""), "yes" if c["gated"] else "no"] for c in self.capabilities]
     return _md_table(rows, ["capability", "metric", "base", "tuned", "delta", "CI", "n", "regressed", "gated"])
+
+# %% ../nbs/30_report.ipynb #rp360003
+@patch
+def _md_per_capability(self:Report) -> str:
+    "The per-capability table, the diffuse capabilities in words, and how to retrain without one capability's rows."
+    return "\n".join([_md_table(per_capability_rows(self.capabilities), PER_CAPABILITY_HEAD), ""]
+                     + [f"- {md_escape(n)}" for n in diffuse_notes(self.capabilities)] + ["", _MASK_ONE])
 
 # %% ../nbs/30_report.ipynb #914c8d7c
 @patch
@@ -310,6 +321,7 @@ def _md_provenance(self:Report) -> str:
 def md_sections(self:Report) -> list[tuple[str, str]]:
     "The (heading, markdown body) pairs below the report's header, in reading order; optional ones only when non-empty."
     sec = [("Capabilities", self._md_capabilities())]
+    if per_capability_rows(self.capabilities): sec.append(("Which rows broke which capability", self._md_per_capability()))
     if self.regressed_items: sec.append(("Regressed items", self._md_regressed()))
     sec += [("Harmful clusters", self._md_clusters()),
             (f"Most harmful examples (top {min(self.shown, len(self.examples))} of {len(self.examples)})",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fastcore.basics import patch
 from .core import SIGN_CONVENTION, atomic_write
-from .render import _flatten, _fmt
+from .render import PER_CAPABILITY_HEAD, _MASK_ONE, _flatten, _fmt, diffuse_notes, per_capability_rows
 from .report import Report
 
 # %% auto #0
@@ -63,7 +63,7 @@ def csp() -> str:
             "base-uri 'none'; form-action 'none'")
 
 # %% ../nbs/31_report_html.ipynb #4109919e
-_VERDICT_COLOUR = {"attributed": "#b03a2e", "inconclusive": "#b7791f", "refused": "#2e7d32"}
+_VERDICT_COLOUR = {"attributed": "#b03a2e", "diffuse": "#8e5b12", "inconclusive": "#b7791f", "refused": "#2e7d32"}
 
 @patch
 def _html_header(self:Report) -> str:
@@ -178,7 +178,12 @@ def to_html(self:Report, figures:dict|None=None) -> str:
     "The report as one self-contained HTML page; `figures` maps a name to PNG bytes, embedded inline."
     figs = "".join(f'<img alt="{esc(n)}" src="data:image/png;base64,{base64.b64encode(b).decode()}">'
                    for n, b in (figures or {}).items())
-    secs = [("Capabilities", self._html_capabilities()), ("Harmful clusters", self._html_clusters()),
+    secs = [("Capabilities", self._html_capabilities())]
+    if rows := per_capability_rows(self.capabilities):
+        secs.append(("Which rows broke which capability", table(PER_CAPABILITY_HEAD, rows) + "<ul>"
+                     + "".join(f"<li>{esc(n)}</li>" for n in diffuse_notes(self.capabilities))
+                     + f"</ul><p>{esc(_MASK_ONE)}</p>"))
+    secs += [("Harmful clusters", self._html_clusters()),
             (f"Most harmful examples ({len(self.examples)})", self._html_examples())]
     if self.spans: secs.append(("Inside long examples: span drill-down", self._html_spans()))
     secs += self._html_rest() + ([("Figures", figs)] if figs else [])
