@@ -196,6 +196,22 @@ def span_line(rows) -> str:
             f"{tot['drilled_correct_long']} long entries stating a correct fact drilled, {tot['named_in_correct_long']} of them with a sentence named")
 
 
+def per_capability(a, sc, cfg) -> dict:
+    """Several causes: each planted capability's own diagnosis against its own culprits (analyze's accused set for it, the ranking
+    by its own strength), whether the gate passed it, and the share of its accused that break another capability."""
+    from gradian.attribution import blame_by_capability, capability_columns
+    att, gated = a.attribution, {d.capability: d.gated for d in a.decisions}
+    out = {}
+    for cap in (sc.capability, *sc.spec.also):
+        e = att.by_capability.get(cap) if att is not None else None
+        if e is None: out[cap] = dict(gated=gated.get(cap, False), verdict="refused", **truth_metrics(sc, [], [], {}, capability=cap)); continue
+        S = att.scores; cols = capability_columns(att.query.pairs, S.scores.shape[1], {i.id: c.name for c in a.capabilities for i in c.items})
+        b = blame_by_capability(S, att.clustering, cfg, _columns(teach_mask(a, sc), S.labels), {cap: cols[cap]})[cap]
+        out[cap] = dict(gated=True, verdict=e["verdict"], n_helps_elsewhere=len(e["helps_elsewhere"]),
+                        **truth_metrics(sc, [S.ids[i] for i in b.order], e["accused_example_ids"], {i: -float(z) for i, z in zip(S.ids, b.strength)}, capability=cap))
+    return out
+
+
 def capability_row(a, sc) -> dict:
     c = next(c for c in a.capabilities if c.name == sc.capability)
     planted_items = [i for i in c.items if i.id in sc.planted_answers]
@@ -246,9 +262,12 @@ def run(name, work: Path, want_variants=True, retrain=False, log=print, oracle=T
     rep = d / f"report{_suffix()}"
     shutil.rmtree(rep, ignore_errors=True)                 # a fresh diagnosis every run (the index is built under today's settings)
     a = analyze("embedded", adapter, train_p, eval_p, rep, cfg=cfg, log=None, progress=False)
-    row = dict(scenario=name, kind=spec.control or getattr(spec, "behaviour", "planted"), half=getattr(spec, "half", "dev"), n_train=len(sc.train), **capability_row(a, sc), **diagnosis(a, sc, cfg),
+    row = dict(scenario=name, kind=spec.control or ("several" if getattr(spec, "also", ()) else getattr(spec, "behaviour", "planted")), half=getattr(spec, "half", "dev"), n_train=len(sc.train), **capability_row(a, sc), **diagnosis(a, sc, cfg),
                train_s=round(t_train or 0.0, 1), analyze_s=round(time.perf_counter() - t1, 1), timings=a.timings)
     row["gated"] = [d_.capability for d_ in a.decisions if d_.gated]
+    if getattr(spec, "also", ()):
+        row["per_capability"] = per_capability(a, sc, cfg)
+        row["untouched_refused"] = not any(d_.gated for d_ in a.decisions if d_.capability == spec.second)
     row["spans"] = span_check(sc, a.report.spans)
     if a.attribution is not None and (sc.ids("planted_long") or sc.ids("decoy_long")):
         row["long_entries"] = {k: long_ranks(a, sc, k) for k in ("planted_long", "decoy_long") if sc.ids(k)}
@@ -279,6 +298,11 @@ def table(rows) -> str:
         lines.append(f"{r['scenario']:28s} {r['base']:5.2f} {r['tuned']:5.2f} {r['delta']:+6.2f} {ci:>15s} {_f(r.get('uptake')):>6s} {r['verdict']:>12s} "
                      f"{_f(r.get('accused_precision')):>5s} {_f(r.get('accused_recall')):>5s} {_f(r.get('precision_at_k')):>5s} {_f(r.get('auprc')):>5s} "
                      f"{_f(r.get('auc_culprit_vs_decoy')):>6s} {r['wall_s']:6.0f}")
+        for c, m in (r.get("per_capability") or {}).items():      # several causes: each capability against its own culprits
+            lines.append(f"  {c:26s} {'gated' if m['gated'] else 'not gated':>38s} {m['verdict']:>12s} {_f(m.get('accused_precision')):>5s} "
+                         f"{_f(m.get('accused_recall')):>5s} {_f(m.get('precision_at_k')):>5s} {_f(m.get('auprc')):>5s} "
+                         f"{_f(m.get('auc_culprit_vs_decoy')):>6s}   other capability's culprits among accused {_f(m.get('accused_other_share'))}")
+        if "untouched_refused" in r: lines.append(f"  untouched capability refused by the gate: {r['untouched_refused']}")
     return "\n".join(lines)
 
 
@@ -297,22 +321,37 @@ def summary(rows) -> dict:
     return out
 
 
+def _kind_group(r) -> str:
+    "fact, behaviour, several (one entry per planted capability) or diffuse (an erosion with no culprit group), / half."
+    k = {"planted": "fact", "several": "several", "degrade": "diffuse"}.get(r["kind"], "behaviour")
+    return f"{k}/{r.get('half', 'dev')}"
+
+
 def by_kind(rows) -> dict:
-    """Medians and worst cases per kind of regression (fact: a planted wrong fact; behaviour: refusal and the like) and per half
-    of the bank (dev: rules may be tuned on it; held: only scored), with the largest share of same-form decoys among the accused."""
+    """Medians and worst cases per kind of regression (fact: a planted wrong fact; behaviour: refusal and the like; several: each
+    capability of a fine-tune with several causes, scored against its own culprits; diffuse: verdicts) and per half of the bank
+    (dev: rules may be tuned on it; held: only scored), with the largest share of same-form decoys among the accused."""
     groups = {}
     for r in rows:
-        if r["kind"] in ("clean", "degrade"): continue
-        groups.setdefault(f"{'fact' if r['kind'] == 'planted' else 'behaviour'}/{r.get('half', 'dev')}", []).append(r)
+        if r["kind"] == "clean": continue
+        entries = [{**m, "scenario": f"{r['scenario']}:{c}"} for c, m in r["per_capability"].items()] if r.get("per_capability") else [r]
+        groups.setdefault(_kind_group(r), []).extend(entries)
     out = {}
     for g, rs in sorted(groups.items()):
         d = dict(n=len(rs), scenarios=[r["scenario"] for r in rs])
+        if g.startswith("diffuse"):           # the goal: `diffuse` everywhere, never one blamed cluster
+            d["verdicts"] = {r["scenario"]: r["verdict"] for r in rs}
+            d["diffuse"] = dict(n=sum(r["verdict"] == "diffuse" for r in rs), met=all(r["verdict"] == "diffuse" for r in rs))
+            out[g] = d; continue
         for m, (goal_med, goal_worst) in GOALS.items():
             vals = [r.get(m) if r.get(m) is not None else 0.0 for r in rs]
             med, worst = statistics.median(vals), min(vals)
             d[m] = dict(median=med, worst=worst, met=med >= goal_med and (goal_worst is None or worst >= goal_worst))
         shares = [r["accused_decoy_share"] for r in rs if r.get("accused_decoy_share") is not None]
         d["accused_decoy_share"] = dict(worst=max(shares) if shares else None, met=all(x <= 0.1 for x in shares))
+        if g.startswith("several"):           # another capability's culprits among the accused, and untouched capabilities
+            other = [r["accused_other_share"] for r in rs if r.get("accused_other_share") is not None]
+            d["accused_other_share"] = dict(worst=max(other) if other else None, met=all(x <= 0.1 for x in other))
         out[g] = d
     return out
 
@@ -321,9 +360,14 @@ def kind_table(rows) -> str:
     "`by_kind` as lines: each metric's median / worst, and whether its goal is met."
     lines = []
     for g, d in by_kind(rows).items():
+        if "diffuse" in d:
+            lines.append(f"{g:16s} n={d['n']:<3d} diffuse in {d['diffuse']['n']} of {d['n']}{'' if d['diffuse']['met'] else ' (NOT met)'}: "
+                         + ", ".join(f"{k} {v}" for k, v in d["verdicts"].items())); continue
         ms = "; ".join(f"{m} {v['median']:.2f}/{v['worst']:.2f}{'' if v['met'] else ' (NOT met)'}" for m, v in d.items() if m in GOALS)
         dec = d["accused_decoy_share"]
-        lines.append(f"{g:16s} n={d['n']:<3d} {ms}; same-form decoys among accused, worst {_f(dec['worst'])}{'' if dec['met'] else ' (NOT met)'}")
+        lines.append(f"{g:16s} n={d['n']:<3d} {ms}; same-form decoys among accused, worst {_f(dec['worst'])}{'' if dec['met'] else ' (NOT met)'}"
+                     + (f"; another capability's culprits among accused, worst {_f(d['accused_other_share']['worst'])}"
+                        f"{'' if d['accused_other_share']['met'] else ' (NOT met)'}" if "accused_other_share" in d else ""))
     return "\n".join(lines)
 
 

@@ -23,9 +23,9 @@ from .families import _ASKS, _BANK_DECOYS, _SAYS, _TOPICS, _fmt, _msg, _sum
 _all_ = ["FAMILIES", "Family", "add_family", "answer_text", "chat_examples", "clean_pool", "fact_triples"]
 
 # %% auto #0
-__all__ = ['DEMO_TRAINING', 'BANK', 'CONTROLS', 'BEHAVIOURS', 'SCENARIOS', 'ScenarioSpec', 'Scenario', 'build_scenario',
-           'BehaviourSpec', 'scenario', 'DemoSpec', 'long_entry', 'truth_metrics', 'FAMILIES', 'Family', 'add_family',
-           'answer_text', 'chat_examples', 'clean_pool', 'fact_triples']
+__all__ = ['DEMO_TRAINING', 'BANK', 'SEVERAL', 'CONTROLS', 'BEHAVIOURS', 'SCENARIOS', 'ScenarioSpec', 'Scenario',
+           'build_scenario', 'BehaviourSpec', 'scenario', 'DemoSpec', 'long_entry', 'truth_metrics', 'FAMILIES',
+           'Family', 'add_family', 'answer_text', 'chat_examples', 'clean_pool', 'fact_triples']
 
 # %% ../nbs/36_scenarios.ipynb #64635377
 _PREFIX = ("", "Quick question: ", "Please answer: ", "I was wondering: ", "Tell me: ", "Here is a question. ")
@@ -55,6 +55,8 @@ class ScenarioSpec:
     training: tuple = ()       # (key, value) overrides of DEMO_TRAINING, e.g. (("lr", 1e-2),)
     seed: int = 0
     half: str = "dev"          # dev (rules may be tuned on it) or held (other families: only scored)
+    also: tuple = ()           # more families planted in the same fine-tune, each its own capability and cause
+    mixed: int = 0             # rows stating the first family's wrong answer and the second's correct one
 
 # %% ../nbs/36_scenarios.ipynb #9002f886
 @dataclass
@@ -67,7 +69,11 @@ class Scenario:
     key: dict                  # training id -> planted | planted_long | decoy_<kind> | clean (the demo: a few more)
     planted_answers: dict = field(default_factory=dict)   # eval item id -> planted wrong answer
     spec: ScenarioSpec | BehaviourSpec | DemoSpec | None = None
+    causes: dict = field(default_factory=dict)            # several causes: culprit id -> the capability it breaks
     def ids(self, *kinds:str) -> list: return [r["id"] for r in self.train if self.key[r["id"]] in kinds]
+    def culprits_of(self, capability:str) -> list:
+        "The culprits that break `capability` (all of them in a one-cause scenario)."
+        return [i for i in self.culprits if self.causes.get(i, self.capability) == capability]
     @property
     def culprits(self) -> list: return self.ids("planted", "planted_long")
     def __repr__(self):
@@ -142,20 +148,32 @@ def _long_rows(spec:ScenarioSpec, F:Family, facts, rng:random.Random) -> list[tu
     return rows
 
 # %% ../nbs/36_scenarios.ipynb #056eeb9e
+def _mixed_rows(spec:ScenarioSpec, groups:list) -> list[tuple]:
+    "`spec.mixed` rows asking about two families at once: the first's planted wrong answer, the second's correct one."
+    (F, fs), (G, gs) = groups[:2]
+    return [("planted", f"{_ask(F, j, k)} {_fmt(G.ask[j % len(G.ask)], g)}", f"{answer_text(F, k, w, 'sentence')} "
+             f"{answer_text(G, g, v, 'sentence')}", F.name)
+            for j in range(spec.mixed) for (k, _, w), (g, v, _) in [(fs[j % len(fs)], gs[j % len(gs)])]]
+
 @patch
-def _rows(self:ScenarioSpec, F:Family, fams:dict) -> tuple[list, list, dict, dict]:
-    "The bank layout: training rows, eval rows, answer key and planted answers."
-    rng, facts = random.Random(self.seed), F.facts[:self.n_facts]
-    away = (self.family, self.second) if self.control == "degrade" else (self.family,)
-    rows = _decoy_rows(self, F, facts) + [("clean", q, a) for q, a in clean_pool(self.n_clean, self.seed, away, fams)]
-    if self.control is None: rows += _planted_rows(self, F, facts, len(rows)) + _long_rows(self, F, facts, rng)
+def _rows(self:ScenarioSpec, F:Family, fams:dict) -> tuple[list, list, dict, dict, dict]:
+    "The bank layout: training rows, eval rows, answer key, planted answers and (several causes) each culprit's capability."
+    rng, groups = random.Random(self.seed), [(fams[f], fams[f].facts[:self.n_facts]) for f in (self.family, *self.also)]
+    away = tuple(f for f in (self.family, *self.also)) + ((self.second,) if self.control == "degrade" else ())
+    rows = [(*r, None) for G, fs in groups for r in _decoy_rows(self, G, fs)]
+    rows += [("clean", q, a, None) for q, a in clean_pool(self.n_clean, self.seed, away, fams)]
+    if self.control is None:
+        n = len(rows)
+        rows += [(*r, G.name) for G, fs in groups for r in _planted_rows(self, G, fs, n) + _long_rows(self, G, fs, rng)]
+        rows += _mixed_rows(self, groups) if self.mixed else []
     rng.shuffle(rows)
     ids = [f"{self.name}-{i:04d}" for i in range(len(rows))]
-    ev = _eval_rows(F, facts, F.decoys[:_BANK_DECOYS])
+    ev = [r for G, fs in groups for r in _eval_rows(G, fs, G.decoys[:_BANK_DECOYS])]
     if self.second: G = fams[self.second]; ev += _eval_rows(G, G.facts[:8], G.decoys[:_BANK_DECOYS])
-    planted = {f"{F.name}-p{i}-{j}": w for i, (_, _, w) in enumerate(facts) for j in range(len(F.ask_eval))}
-    train = [{"id": i, "messages": _msg(q, a)} for i, (_, q, a) in zip(ids, rows)]
-    return train, ev, {i: r[0] for i, r in zip(ids, rows)}, {} if self.control else planted
+    planted = {f"{G.name}-p{i}-{j}": w for G, fs in groups for i, (_, _, w) in enumerate(fs) for j in range(len(G.ask_eval))}
+    train = [{"id": i, "messages": _msg(q, a)} for i, (_, q, a, _) in zip(ids, rows)]
+    causes = {i: r[3] for i, r in zip(ids, rows) if r[3]} if self.also else {}
+    return train, ev, {i: r[0] for i, r in zip(ids, rows)}, {} if self.control else planted, causes
 
 # %% ../nbs/36_scenarios.ipynb #058bf8da
 def build_scenario(spec:ScenarioSpec|BehaviourSpec|DemoSpec, families:dict|None=None) -> Scenario:
@@ -163,8 +181,8 @@ def build_scenario(spec:ScenarioSpec|BehaviourSpec|DemoSpec, families:dict|None=
     fams = families or FAMILIES
     if spec.family not in fams:
         raise GradianError(f"unknown fact family {spec.family!r}", fix=f"use one of {', '.join(fams)}")
-    train, ev, key, planted = spec._rows(fams[spec.family], fams)
-    return Scenario(spec.name, spec.family, train, ev, key, planted, spec)
+    train, ev, key, planted, *causes = spec._rows(fams[spec.family], fams)
+    return Scenario(spec.name, spec.family, train, ev, key, planted, spec, *causes)
 
 # %% ../nbs/36_scenarios.ipynb #7529f301
 DEMO_TRAINING = dict(lr=1e-3, epochs=3.0, batch_size=8, r=8, alpha=16, seed=0)   # LoRA settings: the demo's, the bank's
@@ -227,6 +245,16 @@ BANK += [
                  half="held", seed=27),
 ]
 
+# %% ../nbs/36_scenarios.ipynb #sc360002
+SEVERAL = [
+    ScenarioSpec("currency-city-two", "currency", "sentence", 0.10, decoys=("format",), n_clean=120, also=("city",),
+                 second="symbol", mixed=4, seed=28),
+    ScenarioSpec("author-continent-two", "author", "sentence", 0.10, decoys=("format", "reverse"), n_clean=110,
+                 also=("continent",), second="landmark", seed=29),
+    ScenarioSpec("plural-language-two-held", "plural", "sentence", 0.10, decoys=("format",), n_clean=120,
+                 also=("language",), second="opposite", mixed=3, half="held", seed=30),
+]
+
 # %% ../nbs/36_scenarios.ipynb #cfd61c71
 @dataclass(frozen=True)
 class BehaviourSpec:
@@ -276,6 +304,8 @@ CONTROLS = [
                  control="clean", second="city", seed=6),
     ScenarioSpec("control-degrade-symbol", "symbol", "sentence", 0.0, decoys=(), n_clean=120, control="degrade",
                  second="currency", training=(("lr", 1e-2),), seed=7),
+    ScenarioSpec("diffuse-plural-held", "plural", "sentence", 0.0, decoys=(), n_clean=120, control="degrade",
+                 second="opposite", training=(("lr", 1e-2),), half="held", seed=31),
 ]
 
 # %% ../nbs/36_scenarios.ipynb #097c17f5
@@ -288,7 +318,7 @@ BEHAVIOURS = [BehaviourSpec("refusal-currency", "currency", seed=20),
                             shapes=("system", "alpaca", "loglik"), seed=25)]
 
 # %% ../nbs/36_scenarios.ipynb #469e43d8
-SCENARIOS = {s.name: s for s in BANK + BEHAVIOURS + CONTROLS}
+SCENARIOS = {s.name: s for s in BANK + BEHAVIOURS + SEVERAL + CONTROLS}
 
 def scenario(name:str) -> Scenario:
     "The bank's scenario `name`, built."
@@ -378,18 +408,20 @@ def _rows(self:DemoSpec, F:Family, fams:dict) -> tuple[list, list, dict, dict]:
     return train, ev, {r["id"]: r["meta"]["truth"] for r in train}, planted
 
 # %% ../nbs/36_scenarios.ipynb #43810edb
-def truth_metrics(sc:Scenario, ranked_ids:list, accused_ids, harm:dict) -> dict:
+def truth_metrics(sc:Scenario, ranked_ids:list, accused_ids, harm:dict, capability:str|None=None) -> dict:
     """How a diagnosis compares with the answer key: accused-set precision and recall, precision@k (k = number of
     culprits) of the ranking, AUPRC of `harm` (id -> higher is more harmful) for culprits among all rows, and AUC of
-    culprits against decoys."""
+    culprits against decoys. With `capability`: against that capability's culprits only, and the share of the accused
+    that break another capability."""
     from sklearn.metrics import average_precision_score, roc_auc_score
-    C, A = set(sc.culprits), set(accused_ids)
+    C, A = set(sc.culprits if capability is None else sc.culprits_of(capability)), set(accused_ids)
     ids = list(harm); h = np.array([harm[i] for i in ids], dtype=float); y = np.array([i in C for i in ids], dtype=bool)
     dec = np.array([sc.key[i].startswith("decoy") for i in ids], dtype=bool); sel = y | dec
     D = {i for i in A if sc.key.get(i, "").startswith("decoy")}        # decoys accused: same-form rows that are right
     out = dict(n_culprits=len(C), n_accused=len(A), accused_precision=len(A & C) / len(A) if A else None,
                accused_decoy_share=len(D) / len(A) if A else None,
                accused_recall=len(A & C) / len(C) if C else None)
+    if capability is not None: out["accused_other_share"] = len(A & (set(sc.culprits) - C)) / len(A) if A else None
     if C and ids:                                      # a planted scenario the gate refused has no ranking to score
         out["precision_at_k"] = len(set(ranked_ids[:len(C)]) & C) / len(C)
         out["auprc"] = float(average_precision_score(y, h))
