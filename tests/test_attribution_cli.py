@@ -50,12 +50,35 @@ def test_retrain_check_removes_each_set_once_and_ranks_the_accused(tmp_path, mon
     level = lambda tag: 0.5 + 0.3 * len(dropped[tag] & culprits) / len(culprits)    # removing culprits restores the level
     monkeypatch.setattr(bench, "train", fake_train)
     monkeypatch.setattr(core, "load_model", lambda name, ad: (ad, None))
-    monkeypatch.setattr(evaluation, "evaluate", lambda m, tok, items, ev, **k: [argparse.Namespace(tuned=level(m))])
+    monkeypatch.setattr(evaluation, "evaluate", lambda m, tok, items, ev, **k: [argparse.Namespace(name="currency", tuned=level(m))])
     out = bench.retrain_check(sc.spec, sc, tmp_path, sorted(culprits)[:5], argparse.Namespace(base=0.8, delta=-0.3), n_random=3)
     assert sorted(dropped) == ["retrain-accused", "retrain-culprits"] + [f"retrain-random{j}" for j in range(3)]
     assert abs(out["culprits"]["recovered"] - 1.0) < 1e-9 and out["accused"]["culprits_removed"] == 5
     assert abs(out["accused"]["recovered"] - 5 / len(culprits)) < 1e-9 and out["removal_precision"] == 1.0
     assert out["accused_rank"] == 1 + sum(out[f"random{j}"]["recovered"] >= out["accused"]["recovered"] for j in range(3))
+
+
+def test_retrain_check_for_one_of_several_capabilities(tmp_path, monkeypatch):
+    "Several causes: one capability's accused set removed, every set trained once under its own tag, the other capability watched."
+    import argparse, gradian.evaluation as evaluation, gradian.model.core as core
+    spec = importlib.util.spec_from_file_location("attribution_bench_rc2", ROOT / "benchmarks" / "attribution.py")
+    bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench)
+    sc = bench.build_scenario(bench.SCENARIOS["currency-city-two"]); sc.write(tmp_path / "data")
+    dropped = {}
+    def fake_train(spec_, sc_, d, drop=(), tag="adapter"):
+        dropped[tag] = set(drop); return tag, 1.0
+    level = lambda tag, c: 0.5 + 0.3 * len(dropped[tag] & set(sc.culprits_of(c))) / len(sc.culprits_of(c))
+    monkeypatch.setattr(bench, "train", fake_train)
+    monkeypatch.setattr(core, "load_model", lambda name, ad: (ad, None))
+    monkeypatch.setattr(evaluation, "evaluate", lambda m, tok, items, ev, **k: [
+        argparse.Namespace(name=c, tuned=level(m, c)) for c in sorted({i.capability for i in items})])
+    lv = argparse.Namespace(base=0.8, delta=-0.3)
+    city = sorted(sc.culprits_of("city"))
+    out = bench.retrain_check(sc.spec, sc, tmp_path, city[:6], lv, n_random=2, cap="city", others={"currency": lv})
+    assert sorted(dropped) == ["retrain-city-accused", "retrain-city-culprits", "retrain-city-random0", "retrain-city-random1"]
+    assert out["accused"]["culprits_removed"] == 6 and abs(out["accused"]["recovered"] - 6 / len(city)) < 1e-9
+    assert abs(out["accused"]["others"]["currency"]) < 1e-9           # currency's culprits stayed: its regression stays
+    assert abs(out["culprits"]["recovered"] - 1.0) < 1e-9
 
 
 def test_second_rule_evidence_reads_every_row_format():
