@@ -120,8 +120,19 @@ def judged(sc, scores, clustering, cfg, accused_from="all", teach=None) -> dict:
     else:
         cs = b.blamed[:1] if accused_from == "first blamed cluster" else b.blamed
         acc, blamed = [i for c in cs for i in c.accused_example_ids], bool(cs)
-    return dict(verdict="attributed" if blamed else "inconclusive", **truth_metrics(
-        sc, [scores.ids[i] for i in b.order], acc, {i: -float(z) for i, z in zip(scores.ids, b.strength)}))
+    harm = {i: -float(z) for i, z in zip(scores.ids, b.strength)}
+    return dict(verdict="attributed" if blamed else "diffuse", recall_ceiling=recall_ceiling(sc, harm),
+                **truth_metrics(sc, [scores.ids[i] for i in b.order], acc, harm))
+
+
+def recall_ceiling(sc, harm: dict, precision=0.9):
+    """The most recall any accusation threshold on this ranking (strongest per-item z) could reach while keeping accused precision
+    >= `precision`: whether a short recall is the threshold's fault (ceiling high) or the ranking's (ceiling low)."""
+    C = set(sc.culprits)
+    if not C or not harm: return None
+    hit = np.array([i in C for i in sorted(harm, key=lambda i: -harm[i])]); tp = np.cumsum(hit)
+    ok = tp / np.arange(1, len(hit) + 1) >= precision
+    return float(tp[ok].max() / len(C)) if ok.any() else 0.0
 
 
 def diagnosis(a, sc, cfg, scores=None, teach=None) -> dict:
@@ -360,6 +371,8 @@ def by_kind(rows) -> dict:
             vals = [r.get(m) if r.get(m) is not None else 0.0 for r in rs]
             med, worst = statistics.median(vals), min(vals)
             d[m] = dict(median=med, worst=worst, met=med >= goal_med and (goal_worst is None or worst >= goal_worst))
+        ceil = [r["recall_ceiling"] for r in rs if r.get("recall_ceiling") is not None]
+        if ceil: d["recall_ceiling"] = dict(median=statistics.median(ceil), worst=min(ceil))
         shares = [r["accused_decoy_share"] for r in rs if r.get("accused_decoy_share") is not None]
         d["accused_decoy_share"] = dict(worst=max(shares) if shares else None, met=all(x <= 0.1 for x in shares))
         if g.startswith("several"):           # another capability's culprits among the accused, and untouched capabilities
@@ -379,6 +392,8 @@ def kind_table(rows) -> str:
         ms = "; ".join(f"{m} {v['median']:.2f}/{v['worst']:.2f}{'' if v['met'] else ' (NOT met)'}" for m, v in d.items() if m in GOALS)
         dec = d["accused_decoy_share"]
         lines.append(f"{g:16s} n={d['n']:<3d} {ms}; same-form decoys among accused, worst {_f(dec['worst'])}{'' if dec['met'] else ' (NOT met)'}"
+                     + (f"; recall ceiling at precision 0.9 {d['recall_ceiling']['median']:.2f}/{d['recall_ceiling']['worst']:.2f}"
+                        if "recall_ceiling" in d else "")
                      + (f"; another capability's culprits among accused, worst {_f(d['accused_other_share']['worst'])}"
                         f"{'' if d['accused_other_share']['met'] else ' (NOT met)'}" if "accused_other_share" in d else ""))
     return "\n".join(lines)
