@@ -39,11 +39,12 @@ GOALS = dict(precision_at_k=(0.85, 0.6), accused_precision=(0.9, 0.75), accused_
 MSL = 256
 
 
-def train(spec, sc, d: Path, drop=(), tag="adapter"):
-    "Train the embedded model on the scenario (without the ids in `drop`), cached by spec, drop set and settings: (adapter, seconds or None when reused)."
+def train(spec, sc, d: Path, drop=(), tag="adapter", extra=()):
+    """Train the embedded model on the scenario (without the ids in `drop`, with the rows `extra` added), cached by rows and
+    settings: (adapter, seconds or None when reused)."""
     from gradian.model.training import train_adapter
     tr = {**DEMO_TRAINING, **dict(spec.training)}
-    rows = [r for r in sc.train if r["id"] not in set(drop)]
+    rows = [r for r in sc.train if r["id"] not in set(drop)] + list(extra)
     stamp = stable_hash(json.dumps([rows, tr, MSL], sort_keys=True, default=str))      # the rows themselves: a changed generator retrains
     out = d / tag
     if (out / "bench_stamp").exists() and (out / "bench_stamp").read_text() == stamp: return out, None       # None: reused
@@ -250,6 +251,22 @@ def removal(spec, sc, d, drop, tag, items, c, cap=None, others=None) -> dict:
     return out
 
 
+def mix_check(spec, sc, d, c, share=1 / 3) -> dict:
+    """Diffuse ground truth: retrain with general rows mixed in (one for every three of the scenario's, correct varied material
+    from `clean_pool`, never the evaluated families) and measure the share of the regression that comes back."""
+    from gradian.data import load_eval
+    from gradian.scenarios import clean_pool
+    from gradian.families import _msg
+    general = [{"id": f"general-{i:04d}", "messages": _msg(q, a)}
+               for i, (q, a) in enumerate(clean_pool(round(share * len(sc.train)), spec.seed + 1000, (spec.family, spec.second)))]
+    items = [i for i in load_eval(d / "data" / "eval.jsonl") if i.capability == sc.capability]
+    from gradian.evaluation import evaluate
+    from gradian.model.core import load_model
+    ad, _ = train(spec, sc, d, tag="retrain-mixed", extra=general)
+    tuned = evaluate(*load_model("embedded", ad), items, load_config(None).evaluation, max_seq_length=MSL)[0].tuned
+    return dict(n_general=len(general), tuned=tuned, recovered=1 - (tuned - c.base) / c.delta if c.delta else None)
+
+
 def retrain_check(spec, sc, d, accused, c, n_random=5, oracle=True, cap=None, others=None) -> dict:
     """Retrain without the accused set and without random sets of the same size; the share of the regression each recovers.
     `c`: the capability's levels before removal (`.base`, `.delta`: a `CapabilityResult` or a namespace from a saved row).
@@ -304,6 +321,8 @@ def run(name, work: Path, want_variants=True, retrain=False, log=print, oracle=T
         row["retrain_per_capability"] = {
             c: retrain_check(spec, sc, d, a.attribution.by_capability.get(c, {}).get("accused_example_ids", []) if a.attribution else [],
                              levels[c], oracle=oracle, cap=c, others={o: levels[o] for o in caps if o != c}) for c in caps}
+    elif retrain and spec.control in ("degrade", "narrow") and a.attribution is not None:
+        row["retrain_mixed"] = mix_check(spec, sc, d, levels[sc.capability])
     elif retrain and spec.control is None:
         acc = [a.index.ids[i] for i in np.flatnonzero(a.attribution.accused)] if a.verdict == "attributed" else []
         row["retrain"] = retrain_check(spec, sc, d, acc, levels[sc.capability], oracle=oracle)
@@ -340,14 +359,14 @@ def summary(rows) -> dict:
         med, worst = statistics.median(vals), min(vals)
         out[m] = dict(median=med, worst=worst, goal_median=goal_med, goal_worst=goal_worst,
                       met=med >= goal_med and (goal_worst is None or worst >= goal_worst))
-    ctrl = [r for r in rows if r["kind"] in ("clean", "degrade")]     # behaviour rows are neither planted facts nor controls
+    ctrl = [r for r in rows if r["kind"] in ("clean", "degrade", "narrow")]     # behaviour rows are neither planted facts nor controls
     out["controls_unblamed"] = {r["scenario"]: r["verdict"] != "attributed" for r in ctrl}
     return out
 
 
 def _kind_group(r) -> str:
     "fact, behaviour, several (one entry per planted capability) or diffuse (an erosion with no culprit group), / half."
-    k = {"planted": "fact", "several": "several", "degrade": "diffuse"}.get(r["kind"], "behaviour")
+    k = {"planted": "fact", "several": "several", "degrade": "diffuse", "narrow": "diffuse"}.get(r["kind"], "behaviour")
     return f"{k}/{r.get('half', 'dev')}"
 
 
@@ -446,6 +465,9 @@ def retrain_table(rows) -> str:
                    f"rank {rt['accused_rank']} of {len(rand) + 1}"
                    + (f"; all culprits removed: {rt['culprits']['recovered']:.2f}" if "culprits" in rt else "") + ('' if good else '   <- goal not met')
                    + (f"   [{rt['source']}]" if "source" in rt else ""))
+    for r in rows:                    # diffuse: general rows mixed in, not a removal
+        if rm := r.get("retrain_mixed"):
+            out.append(f"{r['scenario']:28s} retrained with {rm['n_general']} general rows mixed in: recovers {rm['recovered']:.2f}")
     for r in rows:                    # several causes: one capability's set removed, the other capability watched
         for c, rt in (r.get("retrain_per_capability") or {}).items():
             if "skipped" in rt: out.append(f"{r['scenario'] + ':' + c:28s} skipped: {rt['skipped']}"); ok.append(False); continue
@@ -549,7 +571,7 @@ def main(argv=None):
         var_summ[v] = summary(vrows)
         print(f"\n== variant {v}: " + "; ".join(f"{m} {s['median']:.2f}/{s['worst']:.2f}" for m, s in var_summ[v].items() if m != "controls_unblamed")
               + f"; controls unblamed {var_summ[v]['controls_unblamed']}")
-        if any(r["kind"] not in ("planted", "clean", "degrade") for r in vrows): print(kind_table(vrows))
+        if any(r["kind"] not in ("planted", "clean", "degrade", "narrow") for r in vrows): print(kind_table(vrows))
     if a.retrain: print("\n" + retrain_table(rows))
     path.write_text(json.dumps(dict(rows=rows, summary=summ, by_kind=by_kind(rows), variants=var_summ, scenarios=names, settings=SETTINGS, complete=True), indent=1, default=str) + "\n")
     print(f"\nresults: {path}")

@@ -49,7 +49,8 @@ class ScenarioSpec:
     decoy_reps: int = 3        # rows per decoy fact in the planted format (the bank uses 3-4 decoy facts per family)
     n_clean: int = 120         # clean rows of varied material
     second: str | None = None  # a second capability in the eval file, left unharmed
-    control: str | None = None # None (planted), 'clean' (no poison) or 'degrade' (a learning rate that harms all)
+    control: str | None = None # None (planted), 'clean' (no poison), 'degrade' (a learning rate that harms all) or
+                               # 'narrow' (only sums, long enough to wear down the facts)
     n_long: int = 0            # long entries (about 100 tokens) burying one fact mid-paragraph, facts in turn
     long_states: str = "wrong" # they bury the wrong answer (planted_long) or the correct one (decoy_long: the mirror)
     training: tuple = ()       # (key, value) overrides of DEMO_TRAINING, e.g. (("lr", 1e-2),)
@@ -161,7 +162,8 @@ def _rows(self:ScenarioSpec, F:Family, fams:dict) -> tuple[list, list, dict, dic
     rng, groups = random.Random(self.seed), [(fams[f], fams[f].facts[:self.n_facts]) for f in (self.family, *self.also)]
     away = tuple(f for f in (self.family, *self.also)) + ((self.second,) if self.control == "degrade" else ())
     rows = [(*r, None) for G, fs in groups for r in _decoy_rows(self, G, fs)]
-    rows += [("clean", q, a, None) for q, a in clean_pool(self.n_clean, self.seed, away, fams)]
+    rows += ([("clean", *_sum(rng, 999), None) for _ in range(self.n_clean)] if self.control == "narrow"   # one task only
+             else [("clean", q, a, None) for q, a in clean_pool(self.n_clean, self.seed, away, fams)])
     if self.control is None:
         n = len(rows)
         rows += [(*r, G.name) for G, fs in groups for r in _planted_rows(self, G, fs, n) + _long_rows(self, G, fs, rng)]
@@ -306,6 +308,8 @@ CONTROLS = [
                  second="currency", training=(("lr", 1e-2),), seed=7),
     ScenarioSpec("diffuse-plural-held", "plural", "sentence", 0.0, decoys=(), n_clean=120, control="degrade",
                  second="opposite", training=(("lr", 1e-2),), half="held", seed=31),
+    ScenarioSpec("narrow-sums-plural-held", "plural", "sentence", 0.0, decoys=(), n_clean=150, control="narrow",
+                 second="opposite", training=(("lr", 3e-3), ("epochs", 4.0)), half="held", seed=32),
 ]
 
 # %% ../nbs/36_scenarios.ipynb #097c17f5
