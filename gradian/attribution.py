@@ -30,8 +30,9 @@ from .crosscheck import cross_reference, engine_agreement, signal_comparison
 
 # %% auto #0
 __all__ = ['Stages', 'open_index', 'regressed_items', 'Blame', 'blame', 'rank_examples', 'capability_columns',
-           'blame_by_capability', 'helps_elsewhere', 'capability_entry', 'teaches_wrong_answer', 'teaches_columns',
-           'Attribution', 'with_path_scores', 'PathPoint', 'score_point', 'path_scales', 'path_scores', 'attribute']
+           'blame_by_capability', 'helps_elsewhere', 'accused_for_some', 'capability_entry', 'teaches_wrong_answer',
+           'teaches_columns', 'Attribution', 'with_path_scores', 'PathPoint', 'score_point', 'path_scales',
+           'path_scores', 'attribute']
 
 # %% ../nbs/28_attribution.ipynb #ba1fb1f8
 class Stages:
@@ -141,6 +142,13 @@ def helps_elsewhere(scores:InfluenceScores, columns:dict, per:dict, cfg:GradianC
     good = {c: ((Z[:, m] > cfg.cluster.accuse_z) & (S[:, m] > 0)).any(1) for c, m in columns.items()}
     return {c: {int(i): [o for o in columns if o != c and good[o][i]] for i in np.flatnonzero(b.accused)
                 if any(good[o][i] for o in columns if o != c)} for c, b in per.items()}
+
+# %% ../nbs/28_attribution.ipynb #pc360012
+def accused_for_some(b:Blame, per:dict, overall:np.ndarray) -> Blame:
+    "The pooled `b` accusing only rows that some capability's own blame (`per`) accuses; the ranking follows."
+    acc = np.any([p.accused for p in per.values()], axis=0)
+    return replace(b, accused=acc, order=np.lexsort((overall, b.strength, ~acc)),
+                   taught=None if b.taught is None else b.taught & acc)
 
 # %% ../nbs/28_attribution.ipynb #pc360009
 def capability_entry(b:Blame, sub:InfluenceScores, helps:dict, n_topics:int=3) -> dict:
@@ -327,6 +335,7 @@ def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:
         cols = capability_columns(pairs, sc.scores.shape[1], {it.id: it.capability for it in reg_gens[0]})
         per = blame_by_capability(sc, cl, cfg, teach, cols); hl = helps_elsewhere(sc, cols, per, cfg)
         by_cap = {c: capability_entry(b, _subset(sc, cols[c]), hl[c]) for c, b in per.items()}
+        if len(per) > 1: bl = accused_for_some(bl, per, sc.scores.mean(1))
     with st("cross-reference", "harmful clusters against mechanical findings"):
         xref = cross_reference(bl.clusters, findings, cfg.cluster.alpha, len(examples))
     ranked = rank_examples(sc, bl)                # the whole ranking: report.json keeps it, report.md shows its head
