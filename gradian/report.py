@@ -17,11 +17,12 @@ from .render import (PER_CAPABILITY_HEAD, _MASK_ONE, _flatten, _fmt, _one_line, 
                             per_capability_rows, save_figures)
 
 # %% auto #0
-__all__ = ['SCHEMA_VERSION', 'REPORT_SCHEMA', 'REPORT_SEAL', 'validate_report', 'Md', 'md_escape', 'md_code', 'Report',
-           'shaky_agreement', 'to_markdown', 'save', 'verify_report']
+__all__ = ['SCHEMA_VERSION', 'READABLE_VERSIONS', 'REPORT_SCHEMA', 'REPORT_SEAL', 'validate_report', 'Md', 'md_escape', 'md_code',
+           'Report', 'shaky_agreement', 'to_markdown', 'save', 'verify_report']
 
 # %% ../nbs/30_report.ipynb #5852234a
 SCHEMA_VERSION = "1.2"
+READABLE_VERSIONS = ("1.1", "1.2")   # 1.2 only adds: per-capability attribution, the diffuse verdict
 _num = {"type": ["number", "null"]}
 _CAPABILITY = {
     "type": "object",
@@ -57,7 +58,7 @@ REPORT_SCHEMA = {
     "required": ["schema_version", "verdict", "summary", "lead", "capabilities", "findings", "clusters", "examples",
                  "spans", "refused", "provenance"],
     "properties": {
-        "schema_version": {"const": SCHEMA_VERSION},
+        "schema_version": {"enum": list(READABLE_VERSIONS)},
         "verdict": {"enum": ["attributed", "diffuse", "refused", "inconclusive"]},
         "summary": {"type": "string"},
         "lead": {"type": "object", "required": ["kind", "text"],
