@@ -91,8 +91,10 @@ def _per_capability_text(per:dict) -> str:
 
 def _diffuse_text(per:dict) -> str:
     "What a user can act on when no group of rows stands out: the spread of the harm, its topics, the remedy to test."
-    parts = [f"in '{c}' {e['share_harmful']:.0%} of the training rows push its loss up and the most harmful topics are "
-             + (", ".join(f"{t['label']} ({t['share_of_harm']:.0%} of the harm)" for t in e["harm_by_topic"]) or "none")
+    parts = [f"in '{c}' {e['share_harmful']:.0%} of the training rows push its loss up and "
+             + ("the most harmful topics are " + ", ".join(f"{t['label']} ({t['share_of_harm']:.0%} of the harm)"
+                                                        for t in e["harm_by_topic"]) if e["harm_by_topic"]
+                else "no topic is harmful on balance")
              for c, e in per.items() if e["verdict"] == "diffuse"]
     return ("; ".join(parts) + ". Removing one group of rows is not the remedy this supports: retrain with general "
             "rows mixed in (say one for every three of yours) and compare the capability again")

@@ -51,9 +51,11 @@ def per_capability_rows(capabilities:list) -> list[list]:
 # %% ../nbs/29_render.ipynb #rn360003
 def diffuse_notes(capabilities:list) -> list[str]:
     "For each diffuse capability, in words: how widely the harm is spread, where it sits, and the remedy to test."
-    return [f"{c['name']} is diffuse: {e['share_harmful']:.0%} of the training rows push its loss up; the most "
-            "harmful topics are " + (", ".join(f"{t['label']} ({t['share_of_harm']:.0%} of the harm)"
-                                           for t in e.get("harm_by_topic", [])) or "none") + ". No single group of rows "
+    topics = lambda e: ("the most harmful topics are " + ", ".join(f"{t['label']} ({t['share_of_harm']:.0%} of the harm)"
+                                                                for t in e["harm_by_topic"])
+                        if e.get("harm_by_topic") else "no topic is harmful on balance")
+    return [f"{c['name']} is diffuse: {e['share_harmful']:.0%} of the training rows push its loss up; " + topics(e)
+            + ". No single group of rows "
             "explains the drop: test a retraining with general rows mixed in, not a removal."
             for c in capabilities if (e := c.get("attribution")) and e["verdict"] == "diffuse"]
 
