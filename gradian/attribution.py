@@ -333,7 +333,8 @@ def attribute(model, tokenizer, examples:Sequence, items:Sequence, capabilities:
         teach = teaches_columns(teaches_wrong_answer(examples, pairs), [p.item_id for p in pairs], sc.labels)
         bl = blame(sc, cl, cfg, teach)
         cols = capability_columns(pairs, sc.scores.shape[1], {it.id: it.capability for it in reg_gens[0]})
-        per = blame_by_capability(sc, cl, cfg, teach, cols); hl = helps_elsewhere(sc, cols, per, cfg)
+        per = {c: bl for c in cols} if len(cols) == 1 else blame_by_capability(sc, cl, cfg, teach, cols)   # one: the same
+        hl = helps_elsewhere(sc, cols, per, cfg)
         by_cap = {c: capability_entry(b, _subset(sc, cols[c]), hl[c]) for c, b in per.items()}
         if len(per) > 1: bl = accused_for_some(bl, per, sc.scores.mean(1))
     with st("cross-reference", "harmful clusters against mechanical findings"):
