@@ -213,12 +213,14 @@ def per_capability(a, sc, cfg) -> dict:
     by its own strength), whether the gate passed it, and the share of its accused that break another capability."""
     from gradian.attribution import blame_by_capability, capability_columns
     att, gated = a.attribution, {d.capability: d.gated for d in a.decisions}
-    out = {}
-    for cap in (sc.capability, *sc.spec.also):
+    caps, out = (sc.capability, *sc.spec.also), {}
+    if att is not None:               # each capability's ranking (analyze keeps only its accused set)
+        S = att.scores; cols = capability_columns(att.query.pairs, S.scores.shape[1], {i.id: c.name for c in a.capabilities for i in c.items})
+        per = blame_by_capability(S, att.clustering, cfg, _columns(teach_mask(a, sc), S.labels), {c: cols[c] for c in caps if c in att.by_capability})
+    for cap in caps:
         e = att.by_capability.get(cap) if att is not None else None
         if e is None: out[cap] = dict(gated=gated.get(cap, False), verdict="refused", **truth_metrics(sc, [], [], {}, capability=cap)); continue
-        S = att.scores; cols = capability_columns(att.query.pairs, S.scores.shape[1], {i.id: c.name for c in a.capabilities for i in c.items})
-        b = blame_by_capability(S, att.clustering, cfg, _columns(teach_mask(a, sc), S.labels), {cap: cols[cap]})[cap]
+        b = per[cap]
         out[cap] = dict(gated=True, verdict=e["verdict"], n_helps_elsewhere=len(e["helps_elsewhere"]),
                         **truth_metrics(sc, [S.ids[i] for i in b.order], e["accused_example_ids"], {i: -float(z) for i, z in zip(S.ids, b.strength)}, capability=cap))
     return out
@@ -234,13 +236,13 @@ def capability_row(a, sc) -> dict:
     return out
 
 
-def removal(spec, sc, d, drop, tag, items, c, cap=None, others=None) -> dict:
+def removal(spec, sc, d, drop, tag, items, c, cap=None, others=None, extra=()) -> dict:
     """Retrain the scenario without the ids in `drop` (cached as `retrain-<tag>`) and evaluate `items`: the tuned level of `cap`
     (default: the scenario's capability), its delta from `c.base`, the share of `c.delta` the removal recovers, and how many
-    culprits it removed; with `others` ({capability: levels}), the share each other capability recovers."""
+    culprits it removed; with `others` ({capability: levels}), the share each other capability recovers; `extra`: rows added."""
     from gradian.evaluation import evaluate
     from gradian.model.core import load_model
-    ad, secs = train(spec, sc, d, drop, tag=f"retrain-{tag}")
+    ad, secs = train(spec, sc, d, drop, tag=f"retrain-{tag}", extra=extra)
     m, tok = load_model("embedded", ad)
     res = {r.name: r for r in evaluate(m, tok, items, load_config(None).evaluation, max_seq_length=MSL)}
     tuned = res[cap or sc.capability].tuned
@@ -255,16 +257,12 @@ def mix_check(spec, sc, d, c, share=1 / 3) -> dict:
     """Diffuse ground truth: retrain with general rows mixed in (one for every three of the scenario's, correct varied material
     from `clean_pool`, never the evaluated families) and measure the share of the regression that comes back."""
     from gradian.data import load_eval
-    from gradian.scenarios import clean_pool
     from gradian.families import _msg
+    from gradian.scenarios import clean_pool
     general = [{"id": f"general-{i:04d}", "messages": _msg(q, a)}
                for i, (q, a) in enumerate(clean_pool(round(share * len(sc.train)), spec.seed + 1000, (spec.family, spec.second)))]
     items = [i for i in load_eval(d / "data" / "eval.jsonl") if i.capability == sc.capability]
-    from gradian.evaluation import evaluate
-    from gradian.model.core import load_model
-    ad, _ = train(spec, sc, d, tag="retrain-mixed", extra=general)
-    tuned = evaluate(*load_model("embedded", ad), items, load_config(None).evaluation, max_seq_length=MSL)[0].tuned
-    return dict(n_general=len(general), tuned=tuned, recovered=1 - (tuned - c.base) / c.delta if c.delta else None)
+    return dict(n_general=len(general), **removal(spec, sc, d, (), "mixed", items, c, extra=general))
 
 
 def retrain_check(spec, sc, d, accused, c, n_random=5, oracle=True, cap=None, others=None) -> dict:

@@ -45,7 +45,7 @@ def test_retrain_check_removes_each_set_once_and_ranks_the_accused(tmp_path, mon
     bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench)
     sc = bench.build_scenario(bench.SCENARIOS["currency-sentence"]); sc.write(tmp_path / "data")
     culprits, dropped = set(sc.culprits), {}
-    def fake_train(spec_, sc_, d, drop=(), tag="adapter"):
+    def fake_train(spec_, sc_, d, drop=(), tag="adapter", extra=()):
         dropped[tag] = set(drop); return tag, 1.0
     level = lambda tag: 0.5 + 0.3 * len(dropped[tag] & culprits) / len(culprits)    # removing culprits restores the level
     monkeypatch.setattr(bench, "train", fake_train)
@@ -65,7 +65,7 @@ def test_retrain_check_for_one_of_several_capabilities(tmp_path, monkeypatch):
     bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench)
     sc = bench.build_scenario(bench.SCENARIOS["currency-city-two"]); sc.write(tmp_path / "data")
     dropped = {}
-    def fake_train(spec_, sc_, d, drop=(), tag="adapter"):
+    def fake_train(spec_, sc_, d, drop=(), tag="adapter", extra=()):
         dropped[tag] = set(drop); return tag, 1.0
     level = lambda tag, c: 0.5 + 0.3 * len(dropped[tag] & set(sc.culprits_of(c))) / len(sc.culprits_of(c))
     monkeypatch.setattr(bench, "train", fake_train)
@@ -79,6 +79,25 @@ def test_retrain_check_for_one_of_several_capabilities(tmp_path, monkeypatch):
     assert out["accused"]["culprits_removed"] == 6 and abs(out["accused"]["recovered"] - 6 / len(city)) < 1e-9
     assert abs(out["accused"]["others"]["currency"]) < 1e-9           # currency's culprits stayed: its regression stays
     assert abs(out["culprits"]["recovered"] - 1.0) < 1e-9
+
+
+def test_mix_check_retrains_with_general_rows_added(tmp_path, monkeypatch):
+    "Diffuse ground truth: the scenario's rows plus one general row per three, none about the evaluated families; the level read back."
+    import argparse, gradian.evaluation as evaluation, gradian.model.core as core
+    spec = importlib.util.spec_from_file_location("attribution_bench_mix", ROOT / "benchmarks" / "attribution.py")
+    bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench)
+    sc = bench.build_scenario(bench.SCENARIOS["diffuse-plural-held"]); sc.write(tmp_path / "data")
+    seen = {}
+    def fake_train(spec_, sc_, d, drop=(), tag="adapter", extra=()):
+        seen[tag] = (set(drop), list(extra)); return tag, 1.0
+    monkeypatch.setattr(bench, "train", fake_train)
+    monkeypatch.setattr(core, "load_model", lambda name, ad: (ad, None))
+    monkeypatch.setattr(evaluation, "evaluate", lambda m, tok, items, ev, **k: [argparse.Namespace(name="plural", tuned=0.35)])
+    out = bench.mix_check(sc.spec, sc, tmp_path, argparse.Namespace(base=0.5, delta=-0.4))
+    drop, extra = seen["retrain-mixed"]
+    assert drop == set() and len(extra) == out["n_general"] == round(len(sc.train) / 3)
+    assert not {r["id"] for r in extra} & {r["id"] for r in sc.train}
+    assert abs(out["recovered"] - 0.625) < 1e-9     # from 0.5, a -0.4 drop, back at 0.35: 0.25 of the 0.4 came back, 62.5%
 
 
 def test_second_rule_evidence_reads_every_row_format():
