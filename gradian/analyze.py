@@ -23,11 +23,12 @@ from .query.scorer import SIGN_CONVENTION
 from .cluster import _short_text, blamed_cluster
 from .report import Report
 from .report_html import write_html
-from .attribution import Attribution, Stages, attribute
+from .attribution import Attribution, Stages, attribute, reusable_index
 from .index.read import index_findings
 
 # %% auto #0
-__all__ = ['check_adapter_base', 'Analysis', 'analysis_provenance', 'report_provenance', 'analyze']
+__all__ = ['check_adapter_base', 'Analysis', 'what_to_do', 'adapter_training', 'analysis_provenance', 'report_provenance',
+           'analyze']
 
 # %% ../nbs/33_analyze.ipynb #241b0094
 def check_adapter_base(adapter, model) -> None:
@@ -124,21 +125,39 @@ def _lead(decisions, clusters, xref, alpha, n_accused:int|None=None, by_capabili
 
 # %% ../nbs/33_analyze.ipynb #d9bbda20
 def _summary(verdict, decisions, caps, lead) -> str:
+    "What happened, in plain words and once: per capability, how many answers got worse, the change and its CI."
     parts = []
     for c in caps:
         d = next(x for x in decisions if x.capability == c.name)
-        parts.append(f"Capability '{c.name}' ({c.metric}) went from {c.base:.3f} to {c.tuned:.3f} "
-                     f"(delta {c.delta:+.3f}, {c.confidence:.0%} CI [{c.ci_low:+.3f}, {c.ci_high:+.3f}], n={c.n}, "
-                     f"{len(c.regressed_items)} items regressed): "
-                     + ("gated for attribution." if d.gated else f"not attributed ({d.reason})."))
-    head = f"Verdict: {verdict}."
-    return " ".join([head] + parts + [f"Leading cause: {lead['text']}."])
+        change = (f"{c.base:.2f} → {c.tuned:.2f}, change {c.delta:+.2f}, {c.confidence:.0%} CI {c.ci_low:+.2f} to "
+                  f"{c.ci_high:+.2f}")
+        parts.append(f"'{c.name}': {len(c.regressed_items)} of {c.n} answers got worse ({change})"
+                     + ("." if d.gated else f"; not attributed: {d.reason}."))
+    return " ".join(parts)
+
+def what_to_do(lead:dict) -> str:
+    "The one next step a lead supports, in words ('' when there is none: nothing regressed, or nothing to act on)."
+    return {"cluster": "retrain without the accused rows and compare the capability: `gradian train ... --mask-ids "
+                       "@report.json` (one capability's rows: `@report.json#CAPABILITY`)",
+            "data_defect": "fix the defect the finding names, retrain, and compare the capability",
+            "diffuse": "retrain with general rows mixed in (about one for every three of yours) and compare the "
+                       "capability; no single group's removal is supported"}.get(lead.get("kind"), "")
 
 # %% ../nbs/33_analyze.ipynb #a43ecb6b
+def adapter_training(adapter) -> dict:
+    "How the adapter was trained, as its `train_manifest.json` records it; else `known: false` and why."
+    mp = Path(str(adapter))/"train_manifest.json" if isinstance(adapter, (str, Path)) else None
+    if mp is None or not mp.is_file():
+        return dict(known=False, why="no train_manifest.json beside the adapter (trained outside gradian, or no adapter)")
+    m = json.loads(mp.read_text())
+    return dict(known=True, backend=m.get("backend"), **(m.get("training") or {}))
+
 def analysis_provenance(cfg:GradianConfig, model, adapter, train, eval, examples:Sequence, items:Sequence) -> dict:
-    "What the report records of this run's inputs: config, eval set, training data, model and adapter, versions."
+    """What the report records of this run's inputs: the settings that shaped it (the config less its `training`
+    section, which analyze never reads), how the adapter was really trained, eval set, data, model, versions."""
     eval_file = Path(str(eval)).is_file()
-    return dict(config=config_to_dict(cfg), eval=dict(ref=str(eval), sha256_16=hash_file(eval) if eval_file else None,
+    used = {k: v for k, v in config_to_dict(cfg).items() if k != "training"}
+    return dict(config=used, adapter_training=adapter_training(adapter), eval=dict(ref=str(eval), sha256_16=hash_file(eval) if eval_file else None,
                                                       n_items=len(items)),
                 data=dict(ref=str(train), fingerprint=data_fingerprint(examples), n_examples=len(examples)),
                 model=dict(ref=str(model) if isinstance(model, (str, Path)) else type(model).__name__,
@@ -152,6 +171,9 @@ def report_provenance(att:Attribution|None, engine:Engine, run:dict, timings:dic
     sent = att.scores.engine.get("sentence_scored", []) if att else []     # long examples scored by their top sentence
     index = {k: v for k, v in att.index.manifest.items() if k != "shards"} if att else {}   # checksums stay there
     comp, cl = att.comparisons if att else {}, att and att.clustering
+    iv = index.get("versions") or {}                      # each library version once: the index's, else the run's
+    run = {**run, "versions": {k: v for k, v in run.get("versions", {}).items() if iv.get(k) != v}}
+    if not run["versions"]: del run["versions"]
     return dict(manifest={**index, "analysis": run},
                 engine={**engine.params(), **({"long_examples": "sentence", "sentence_scored": len(sent)} if sent
                                               else {})},
@@ -174,6 +196,7 @@ def _report(res:Analysis, *, verdict:str, lead:dict, provenance:dict, examples:S
     att, caps, decisions = res.attribution, res.capabilities, res.decisions
     gated = {d.capability: d.gated for d in decisions}
     n_accused, per = int(att.accused.sum()) if att else 0, att.by_capability if att else {}
+    lead = {**lead, **({"action": a} if (a := what_to_do(lead)) else {})}     # the one next step, said once
     return Report(verdict, _summary(verdict, decisions, caps, lead), lead,
                   capabilities=[{**c.summary(), "gated": gated[c.name], **({"attribution": per[c.name]} if c.name in per
                                                                    else {})} for c in caps],
@@ -199,6 +222,7 @@ def analyze(model="embedded", adapter=None, train=None, eval=None, out=None, cfg
     st = Stages(log)
     with st("load", "data, eval set, model and adapter"):
         examples, items = _load_data(train, eval, cfg)
+        if index is not None: reusable_index(index, examples, cfg)   # a mismatched index fails before the model loads
         m, tok = _load(model, tokenizer, adapter, cfg)
     with st("checks", "mechanical checks of the training data"):
         findings = run_checks(CheckContext(examples, tokenizer=tok, max_seq_length=msl))

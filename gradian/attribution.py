@@ -29,7 +29,7 @@ from .cluster import (Clustering, accuse, aggregate_clusters, blamed_clusters, c
 from .crosscheck import cross_reference, engine_agreement, signal_comparison
 
 # %% auto #0
-__all__ = ['Stages', 'open_index', 'regressed_items', 'Blame', 'blame', 'rank_examples', 'capability_columns',
+__all__ = ['Stages', 'reusable_index', 'open_index', 'regressed_items', 'Blame', 'blame', 'rank_examples', 'capability_columns',
            'blame_by_capability', 'helps_elsewhere', 'accused_for_some', 'capability_entry', 'teaches_wrong_answer',
            'teaches_columns', 'Attribution', 'with_path_scores', 'PathPoint', 'score_point', 'path_scales',
            'path_scores', 'attribute']
@@ -42,23 +42,29 @@ class Stages:
     def __call__(self, name:str, what:str=""):
         self.log(f"[gradian] {name}{': ' + what if what else ''} ...")
         t0 = time.perf_counter()
-        try: yield
+        ok = False
+        try: yield; ok = True
         finally:
             self.timings[name] = round(time.perf_counter() - t0, 3)
-            self.log(f"[gradian] {name} done in {self.timings[name]:.1f}s")
+            self.log(f"[gradian] {name} {'done' if ok else 'failed'} after {self.timings[name]:.1f}s")
 
 # %% ../nbs/28_attribution.ipynb #7400bd42
+def reusable_index(path, examples:Sequence, cfg:GradianConfig) -> GradientIndex|None:
+    """The index at `path` when it was built from `examples` with today's result-changing settings; None when there is
+    none there; else a `GradianError` naming what differs. Needs no model, so callers run it before anything slow."""
+    path = Path(path)
+    if not (path/"manifest.json").exists(): return None
+    idx = GradientIndex(path)
+    if idx.manifest["data"]["fingerprint"] != data_fingerprint(examples):
+        raise GradianError(f"the index {path} was built from other training data (data.fingerprint differs)",
+                           fix="rebuild it, or pass the data it was built from")
+    return idx.require_settings(cfg.index, cfg.data.max_seq_length)
+
 def open_index(model, tokenizer, examples:Sequence, cfg:GradianConfig, path, *, reuse:bool=False, refs:dict|None=None,
                progress:bool=False) -> GradientIndex:
     """The gradient index of `examples` at `path`: reused when `reuse` and it exists (refused if data or settings
     differ), else built."""
-    path = Path(path)
-    if reuse and (path/"manifest.json").exists():
-        idx = GradientIndex(path)
-        if idx.manifest["data"]["fingerprint"] != data_fingerprint(examples):
-            raise GradianError(f"the index {path} was built from other training data (data.fingerprint differs)",
-                               fix="rebuild it, or pass the data it was built from")
-        return idx.require_settings(cfg.index, cfg.data.max_seq_length)
+    if reuse and (idx := reusable_index(path, examples, cfg)) is not None: return idx
     return build_index(model, tokenizer, examples, path, cfg.index, max_seq_length=cfg.data.max_seq_length, refs=refs,
                        progress=progress)
 

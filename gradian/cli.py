@@ -76,22 +76,23 @@ cmd_doctor.add_args = _doctor_args
 def _check_args(p):
     p.add_argument("--data", metavar="PATH", help="training data: a JSONL file or a HF datasets folder (or set "
                                                   "data.train)")
-    p.add_argument("--model", metavar="M", help="model whose tokenizer and chat template training uses: HF id, "
-                                                "folder, .gguf or 'embedded'")
+    p.add_argument("--model", metavar="M", help="model whose tokenizer and chat template training uses: HF id, folder, "
+                                                ".gguf or 'embedded' (default: model.name_or_path); 'none' skips the "
+                                                "checks that need tokens")
     p.add_argument("--max-seq-length", type=config_type("data.max_seq_length"), metavar="N",
                    help="token budget of training (default: data.max_seq_length)")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
-    p.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="never",
-                   help="exit 1 when a finding at this severity or worse exists (default: never)")
+    p.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error",
+                   help="exit 1 when a finding at this severity or worse exists (default: error; 'never' always "
+                        "exits 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (shown on stderr for inputs that take "
                                                               "over a second)")
 
 # %% ../nbs/38_cli.ipynb #48a6e6d6
 def _model_ref(args, cfg):
-    "--model, else the config's model when a config file or override set one (the built-in default is not assumed)."
-    if args.model: return args.model
-    from gradian.config import ModelConfig
-    return None if cfg.model.name_or_path == ModelConfig().name_or_path else cfg.model.name_or_path
+    "--model, else the config's model (the embedded one by default); None when it is 'none' (token checks skipped)."
+    ref = args.model or cfg.model.name_or_path
+    return None if str(ref).strip().lower() == "none" else ref
 
 # %% ../nbs/38_cli.ipynb #1a95ce91
 @command("check", "pre-flight: mechanical checks of training data (truncation, chat template, duplicates, conflicts, "
@@ -242,8 +243,10 @@ def add_index_flags(p):
       help="index only LoRA modules whose name matches, e.g. down_proj")
     a("--projection-dim", type=t("projection_dim", ("none", "exact", "null")), metavar="K",
       help="JL projection dimension per block, or 'none' for exact gradients")
-    a("--projection-seed", type=t("projection_seed"), metavar="S")
-    a("--projection-kind", type=t("projection_kind"), metavar=_one_of("index.projection_kind"))
+    a("--projection-seed", type=t("projection_seed"), metavar="S",
+      help="seed of the projection (default: index.projection_seed)")
+    a("--projection-kind", type=t("projection_kind"), metavar=_one_of("index.projection_kind"),
+      help="projection map: sparse hashed or dense (default: index.projection_kind)")
     a("--fp16-store", action="store_true", default=None, help="store gradients in 16 bits, as bfloat16 (half the disk)")
     a("--grad-batch-size", type=t("grad_batch_size"), metavar="B",
       help="examples per batched forward+backward (lower it on out-of-memory)")

@@ -133,7 +133,8 @@ def cluster_examples(examples:Sequence, settings:ClusterConfig|None=None, **over
 # %% ../nbs/26_cluster.ipynb #f77ccf2d
 @dataclass
 class ClusterStats:
-    "One (sub)cluster's influence summary; `parent` names the topical cluster it was split from."
+    """One (sub)cluster's influence summary; `parent` names the topical cluster it was split from. Its id lists are
+    ordered by harm (most harmful first), so their first entries are the rows to read."""
     id: str
     label: str
     size: int
@@ -234,7 +235,7 @@ def _cluster_stats(s, ids, texts, accused, n_random, seed, n_exemplars, cid, lab
     ex = [dict(id=ids[i], score=float(s[i]), text=_short_text(texts[i]) if texts else "") for i in order[:n_exemplars]]
     p = random_group_pvalue(s, m, n_random, seed) if p is None else p
     return ClusterStats(cid, label, len(m), float(s[m].sum()), float(s[m].sum() / n), float(s[m].mean()),
-                        float((s[m] < 0).mean()), p, [ids[i] for i in m], [ids[i] for i in m if accused[i]],
+                        float((s[m] < 0).mean()), p, [ids[i] for i in order], [ids[i] for i in order if accused[i]],
                         ex, parent, parent_p, p_acc)
 
 # %% ../nbs/26_cluster.ipynb #c5d3458e

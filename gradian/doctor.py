@@ -145,9 +145,13 @@ def model_info() -> dict:
     return dict(present=True, path=str(p), size_bytes=p.stat().st_size, problem=None, fix=None)
 
 # %% ../nbs/34_doctor.ipynb #2b5fa43b
+def _gpu_setup(vers:dict, ti:dict) -> bool:
+    "Whether the unsloth window applies here: a CUDA device is visible or unsloth is installed."
+    return bool(ti.get("cuda_available") or vers.get("unsloth"))
+
 def _warnings(vers:dict, ti:dict, bs:dict, mi:dict) -> list[str]:
-    "What the report warns about: window drift, torch not importing, unusable backends, a missing model."
-    warns = window_drift(vers)
+    "What the report warns about: window drift (GPU setups only), torch not importing, unusable backends, no model."
+    warns = window_drift(vers) if _gpu_setup(vers, ti) else []
     if ti["error"]: warns.append(f"torch does not import: {ti['error']}")
     if not bs["hf"]["ready"]: warns.append(f"the hf backend is not usable: {bs['hf']['reason']}")
     for b in ("trl", "unsloth"):
@@ -178,10 +182,13 @@ def _package_rows(report:dict) -> list[tuple]:
     win = report["unsloth_window"]
     cons, outside = _canon(win["constraints"]), win["outside"]
     rows = [("package", "version", "status", "note")]
+    gpu = _gpu_setup(report["packages"], report["torch"])
     for n, v in report["packages"].items():
         c, role = canonicalize_name(n), PACKAGES.get(n, "")
         if v is None: st, note = "missing", ("required" if role == "required" else f"optional: {role}")
-        elif c in outside: st, note = "warning", f"outside unsloth window {cons[c]}"
+        elif c in outside:
+            st, note = ("warning", "") if gpu else ("ok", " (GPU setup only)")
+            note = f"outside unsloth window {cons[c]}{note}"
         else: st, note = "ok", ""
         rows.append((n, v or "-", st, note))
     return rows

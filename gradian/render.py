@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['PER_CAPABILITY_HEAD', 'per_capability_rows', 'diffuse_notes', 'clipped_texts', 'save_figures']
+__all__ = ['PER_CAPABILITY_HEAD', 'READ_NUMBERS', 'NOTHING_REFUSED', 'per_capability_rows', 'diffuse_notes', 'clipped_texts',
+           'save_figures']
 
 # %% ../nbs/29_render.ipynb #4ecc74e4
 def _flatten(d:Any, prefix:str="") -> list[tuple[str, Any]]:
@@ -47,6 +48,15 @@ def per_capability_rows(capabilities:list) -> list[list]:
              f"{lc(e)['p_value']:.3g}" if lc(e) else "",
              "; ".join(f"{i} (helps {', '.join(o)})" for i, o in e.get("helps_elsewhere", {}).items()) or "none"]
             for n, e in ents]
+
+# %% ../nbs/29_render.ipynb #readnum1
+READ_NUMBERS = ("How to read the numbers: base and tuned are the share of a capability's items answered right, change is "
+                "tuned minus base with its bootstrap CI. A row's predicted Δloss if removed is the predicted change of "
+                "the average loss on the regressed items (nats per answer token) if that row were dropped from "
+                "training: negative means the row raised that loss (harmful). Score = that change times the number of "
+                "training rows; a cluster's score sums its rows'.")
+NOTHING_REFUSED = ("No claim declined: every capability that regressed beyond its CI was traced. Scores still estimate, "
+                   "to first order, what removing rows would do; retraining without them is the proof.")
 
 # %% ../nbs/29_render.ipynb #rn360003
 def diffuse_notes(capabilities:list) -> list[str]:

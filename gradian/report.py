@@ -13,12 +13,12 @@ from typing import Any, Callable, Optional, Sequence
 
 from fastcore.basics import patch
 from .core import GradianError, SIGN_CONVENTION, atomic_write, write_json, _canon, hash_file
-from .render import (PER_CAPABILITY_HEAD, _MASK_ONE, _flatten, _fmt, _one_line, diffuse_notes,
-                            per_capability_rows, save_figures)
+from .render import (NOTHING_REFUSED, PER_CAPABILITY_HEAD, READ_NUMBERS, _MASK_ONE, _flatten, _fmt, _one_line,
+                            diffuse_notes, per_capability_rows, save_figures)
 
 # %% auto #0
 __all__ = ['SCHEMA_VERSION', 'READABLE_VERSIONS', 'REPORT_SCHEMA', 'REPORT_SEAL', 'validate_report', 'Md', 'md_escape', 'md_code',
-           'Report', 'shaky_agreement', 'to_markdown', 'save', 'verify_report']
+           'Report', 'by_rank', 'shaky_agreement', 'to_markdown', 'save', 'verify_report']
 
 # %% ../nbs/30_report.ipynb #5852234a
 SCHEMA_VERSION = "1.2"
@@ -149,10 +149,12 @@ def from_json(cls:Report, d:dict, texts:dict|None=None) -> Report:
 # %% ../nbs/30_report.ipynb #c574c46a
 @patch
 def _md_header(self:Report) -> str:
-    "Verdict, summary and leading cause: the three lines a busy reader stops after."
+    "Verdict, what happened, the leading cause and what to do: the lines a busy reader stops after, each said once."
+    act = self.lead.get("action")
     return "\n".join([f"# Gradian report: **{md_escape(self.verdict.upper())}**", "",
                       md_escape(self.summary, line_start=True), "",
-                      f"**Leading cause:** {md_escape(self.lead['text'])}", ""])
+                      f"**Leading cause:** {md_escape(self.lead['text'])}", ""]
+                     + ([f"**What to do:** {md_escape(act)}", ""] if act else []))
 
 # %% ../nbs/30_report.ipynb #d220a9b2
 @patch
@@ -191,19 +193,43 @@ def _md_regressed(self:Report, width:int=80) -> str:
              cut(r.get("tuned_output"))] for r in self.regressed_items]
     return _md_table(rows, ["item", "capability", "prompt", "reference", "base answer", "tuned answer"])
 
+# %% ../nbs/30_report.ipynb #helpcl01
+@patch
+def split_clusters(self:Report) -> tuple[list, list]:
+    "(harmful clusters: summed score below zero, most harmful first; helpful ones, most helpful first)."
+    return ([c for c in self.clusters if c["score"] < 0],
+            sorted([c for c in self.clusters if c["score"] >= 0], key=lambda c: -c["score"]))
+
+@patch
+def _md_helpful(self:Report) -> str:
+    "The clusters whose rows lower the loss of the regressed items: a short table, for contrast."
+    rows = [[c["id"], c["label"], c["size"], _fmt(c["score"]), _fmt(c["predicted_loss_delta_if_removed"])]
+            for c in self.split_clusters()[1]]
+    return ("Topics whose rows, summed, make the regressed answers more likely: removing them would make things "
+            "worse.\n\n" + _md_table(rows, ["id", "label", "size", "score (sum)", "predicted Δloss if removed"]))
+
+# %% ../nbs/30_report.ipynb #splitnt1
+_SPLIT_NOTE = ("_A topic whose accused rows pass their own test is split in two: `<topic>a` holds those accused rows, "
+               "`<topic>b` the rest of the topic. So every row of an `a` part is accused by construction: the evidence "
+               "is the accusation of each row (per regressed item) and the p-value of the part, not the count._")
+
 # %% ../nbs/30_report.ipynb #33b74197
 @patch
 def _md_clusters(self:Report) -> str:
     "The ranked cluster table with both p-values, a note on reading them, then the exemplars of the harmful clusters."
     if not self.clusters: return "_No clusters: nothing was attributed._"
+    harm, helpful = self.split_clusters()
+    if not harm: return "_No cluster raises the loss: every topic's summed score is zero or helpful._"
     rows = [[c["rank"], c["id"], c["label"], c["size"], len(c["accused_example_ids"]), _fmt(c["score"]),
              _fmt(c["predicted_loss_delta_if_removed"]), f"{c.get('harm_p_value', c.get('p_value', float('nan'))):.3g}",
-             f"{c.get('p_value', float('nan')):.3g}"] for c in self.clusters]
+             f"{c.get('p_value', float('nan')):.3g}"] for c in harm]
     out = [_md_table(rows, ["rank", "id", "label", "size", "accused", "score (sum)", "predicted Δloss if removed",
                             "p (accused)", "p (sum)"]),
            "", "_p (accused): how often random groups of the topic's size hold accused examples adding up to as "
                "much harm; p (sum): the same for the group's total score. Blame needs the first below the significance "
                "level._"]
+    if any(c.get("parent") for c in harm):
+        out += ["", _SPLIT_NOTE]
     return "\n".join(out + self._md_exemplars())
 
 # %% ../nbs/30_report.ipynb #78384454
@@ -235,23 +261,28 @@ def _md_examples(self:Report) -> str:
             + _md_table(rows, ["rank", "id", "strength (z)", "most affected item", "score",
                                "predicted Δloss if removed", "cluster", "text"]))
 
+# %% ../nbs/30_report.ipynb #byrank01
+def by_rank(spans:list) -> list[tuple[int, dict]]:
+    "(place in the example from 1, span) pairs of a drilled-down example's spans, by rank (most harmful first)."
+    return sorted(enumerate(spans, 1), key=lambda t: t[1]["rank"])
+
 # %% ../nbs/30_report.ipynb #6b25d4d1
 @patch
 def _md_spans(self:Report) -> str:
     "Each drilled-down example's sentences ranked by per-token harm against its most affected item; the worst in bold."
     out = ["Long examples dilute a wrong sentence among many benign ones; here each is split into sentences and scored "
-           "against the query of the item it is about (in document order). Score: the span's own loss (mean over "
-           "its tokens), so rank 1 is the most harmful per token; score (sum) is the summed loss over its tokens, and "
-           "these add up to the example's."]
+           "against the query of the item it is about, most harmful first (`sentence`: its place in the example). "
+           "Score: the span's own loss (mean over its tokens), so rank 1 is the most harmful per token; score (sum) "
+           "is the summed loss over its tokens, and these add up to the example's."]
     for s in self.spans:
         named = (f"Culprit: _{md_escape(s['culprit'])}_" if s.get("culprit")
                  else "Culprit: none named (inconclusive: no sentence stands out from the others)")
         out.append(f"**{md_code(s['example_id'])}** against item {md_code(s['item_id'])} "
                    f"({md_escape(s.get('note', ''))}). {named}")
-        out.append(_md_table([[sp["rank"], _fmt(sp["score"]), _fmt(sp["score_sum"]), sp["tokens"],
+        out.append(_md_table([[sp["rank"], at, _fmt(sp["score"]), _fmt(sp["score_sum"]), sp["tokens"],
                                Md("**" + md_escape(sp["text"]) + "**") if sp["rank"] == 1 else sp["text"]]
-                              for sp in s["spans"]],
-                             ["rank", "score", "score (sum)", "tokens", "span"]))
+                              for at, sp in by_rank(s["spans"])],
+                             ["rank", "sentence", "score", "score (sum)", "tokens", "span"]))
     return "\n\n".join(out)
 
 # %% ../nbs/30_report.ipynb #44db3848
@@ -261,28 +292,30 @@ def shaky_agreement(agreement:dict|None, min_spearman:float=0.5, engines=("datai
 
 # %% ../nbs/30_report.ipynb #9b7b09d4
 @patch
-def _md_crosschecks(self:Report) -> str:
-    "How the diagnosis changes under the classic query signal and under the other engines."
+def crosschecks(self:Report, bold=lambda s: f"**{s}**", text=md_escape) -> list[str]:
+    """How the diagnosis changes under the classic query signal and under the other engines: one sentence each, with
+    `bold` and `text` (escaping) of the target format, so report.md and report.html say the same."""
     p, out = self.provenance, []
-    sc = p.get("signal_comparison") or {}
-    if sc:
-        out.append(f"- Under the **classic** query (cross-entropy of the correct answer alone), the leading topic "
-                   f"({md_escape(sc['leading_topic'])}) ranks {sc['classic_rank_of_leading_topic']} of "
+    if sc := p.get("signal_comparison") or {}:
+        out.append(f"Under the {bold('classic')} query (cross-entropy of the correct answer alone), the leading topic "
+                   f"({text(sc['leading_topic'])}) ranks {sc['classic_rank_of_leading_topic']} of "
                    f"{sc['n_topics']}, and its accused members score {sc['classic_mean_score_of_accused']:+.4g} "
                    f"on average (against {sc['chosen_mean_score_of_accused']:+.4g} with the signal used); Spearman "
                    f"between the two rankings {sc['spearman_classic_vs_chosen']:+.3f}. A classic query credits "
-                   "examples that teach the answer *format*, the planted ones included; the contrastive query cancels "
+                   "examples that teach the answer format, the planted ones included; the contrastive query cancels "
                    "that shared direction.")
     for e, rc in (p.get("engine_agreement") or {}).items():
-        out.append(f"- Agreement with **{md_escape(e)}**: Spearman {rc['spearman']:+.3f}, "
-                   f"Kendall {rc['kendall']:+.3f}, "
+        out.append(f"Agreement with {bold(text(e))}: Spearman {rc['spearman']:+.3f}, Kendall {rc['kendall']:+.3f}, "
                    f"overlap of the {rc['k']} most harmful {rc['top_k_overlap']:.0%}.")
     if shaky := shaky_agreement(p.get("engine_agreement")):
-        out.append(f"- **Shaky diagnosis**: the ranking depends on the engine "
-                   f"(Spearman {', '.join(f'{v:+.2f} with {md_escape(e)}' for e, v in shaky.items())}, below 0.5). "
+        out.append(f"{bold('Shaky diagnosis')}: the ranking depends on the engine "
+                   f"(Spearman {', '.join(f'{v:+.2f} with {text(e)}' for e, v in shaky.items())}, below 0.5). "
                    "Treat the accused sets as leads to check, for example by retraining without them, rather than "
                    "as the cause.")
-    return "\n".join(out)
+    return out
+
+@patch
+def _md_crosschecks(self:Report) -> str: return "\n".join(f"- {l}" for l in self.crosschecks())
 
 # %% ../nbs/30_report.ipynb #d92f9d84
 @patch
@@ -296,15 +329,15 @@ def _md_findings(self:Report) -> str:
 @patch
 def _md_refused(self:Report) -> str:
     "A bullet per claim Gradian declines to make, with the reason."
-    if not self.refused: return "_Nothing._"
+    if not self.refused: return f"_{NOTHING_REFUSED}_"
     return "\n".join(f"- **{md_escape(x['claim'])}**: {md_escape(x['reason'])}" for x in self.refused)
 
 # %% ../nbs/30_report.ipynb #da27a31c
 @patch
 def _md_provenance(self:Report) -> str:
-    "Engine, query signal (and why), stage timings, then every manifest field as a table row."
+    "Engine, query signal (and why), stage timings, then every manifest field as a table row, folded."
     p = self.provenance
-    rows = [[k, _fmt(v)] for k, v in _flatten(p.get("manifest", {}))]
+    rows = [[k, _fmt(v, signed=False)] for k, v in _flatten(p.get("manifest", {}))]
     parts = [f"Engine: {md_code(json.dumps(p.get('engine')))}",
              f"Query signal: {md_escape(p.get('query_signal'))} ({md_escape(p.get('query_signal_why', ''))})",
              *([f"Items with a degenerate contrast: "
@@ -314,19 +347,22 @@ def _md_provenance(self:Report) -> str:
                if p.get("query_set_aside") else []),
              "Stage timings (seconds): "
              + ", ".join(f"{md_escape(k)} {v:.1f}" for k, v in p.get("timings", {}).items()),
-             "", _md_table(rows, ["manifest field", "value"])]
+             "", f"<details><summary>Every manifest field ({len(rows)}; all of it in report.json, "
+                 "<code>provenance.manifest</code>)</summary>", "", _md_table(rows, ["manifest field", "value"]), "",
+             "</details>"]
     return "\n".join(parts)
 
 # %% ../nbs/30_report.ipynb #ce0c0bd5
 @patch
 def md_sections(self:Report) -> list[tuple[str, str]]:
     "The (heading, markdown body) pairs below the report's header, in reading order; optional ones only when non-empty."
-    sec = [("Capabilities", self._md_capabilities())]
+    sec = [("Capabilities", self._md_capabilities() + f"\n\n_{READ_NUMBERS}_")]
     if per_capability_rows(self.capabilities): sec.append(("Which rows broke which capability", self._md_per_capability()))
     if self.regressed_items: sec.append(("Regressed items", self._md_regressed()))
-    sec += [("Harmful clusters", self._md_clusters()),
-            (f"Most harmful examples (top {min(self.shown, len(self.examples))} of {len(self.examples)})",
-             self._md_examples())]
+    sec += [("Harmful clusters", self._md_clusters())]
+    if self.split_clusters()[1]: sec.append(("Helpful clusters", self._md_helpful()))
+    sec.append((f"Most harmful examples (top {min(self.shown, len(self.examples))} of {len(self.examples)})",
+                self._md_examples()))
     if self.spans: sec.append(("Inside long examples: span drill-down", self._md_spans()))
     if cc := self._md_crosschecks(): sec.append(("Cross-checks", cc))
     return sec + [("Findings", self._md_findings()), ("What Gradian does not claim", self._md_refused()),

@@ -11,11 +11,12 @@ from pathlib import Path
 
 from fastcore.basics import patch
 from .core import SIGN_CONVENTION, atomic_write
-from .render import PER_CAPABILITY_HEAD, _MASK_ONE, _flatten, _fmt, diffuse_notes, per_capability_rows
-from .report import Report
+from .render import (NOTHING_REFUSED, PER_CAPABILITY_HEAD, READ_NUMBERS, _MASK_ONE, _flatten, _fmt, diffuse_notes,
+                            per_capability_rows)
+from .report import _SPLIT_NOTE, Report, by_rank
 
 # %% auto #0
-__all__ = ['SORT_SCRIPT', 'Raw', 'esc', 'Level', 'table', 'csp', 'write_html']
+__all__ = ['SORT_SCRIPT', 'Raw', 'esc', 'Level', 'Id', 'table', 'csp', 'write_html']
 
 # %% ../nbs/31_report_html.ipynb #57b46fee
 class Raw(str):
@@ -29,7 +30,11 @@ def esc(v) -> str:
 class Level(float):
     "A level (base or tuned score), shown without a sign; deltas and scores keep theirs."
 
+class Id(str):
+    "A row or item id: its cell never wraps (ids break at their hyphens otherwise)."
+
 def _td(c) -> str:
+    if isinstance(c, Id): return f'<td class="id">{esc(str(c))}</td>'
     if isinstance(c, (int, float)) and not isinstance(c, bool):
         return (f'<td class="n" data-v="{float(c)!r}">'
                 f'{esc(_fmt(float(c), not isinstance(c, Level)) if isinstance(c, float) else c)}</td>')
@@ -71,52 +76,71 @@ def _html_header(self:Report) -> str:
     c = _VERDICT_COLOUR.get(self.verdict, "#555")
     return (f'<h1>Gradian report: <span id="verdict" style="background:{c}">{esc(self.verdict.upper())}</span></h1>'
             f'<p id="summary">{esc(self.summary)}</p>'
-            f'<p id="lead"><b>Leading cause:</b> {esc(self.lead.get("text", ""))}</p>')
+            f'<p id="lead"><b>Leading cause:</b> {esc(self.lead.get("text", ""))}</p>'
+            + (f'<p id="action"><b>What to do:</b> {esc(a)}</p>' if (a := self.lead.get("action")) else ""))
 
 # %% ../nbs/31_report_html.ipynb #54e77677
 @patch
 def _html_capabilities(self:Report) -> str:
-    "Capabilities with base, tuned, delta and CI, and the gate's decision; then the regressed items with both answers."
+    "Capabilities with base, tuned, delta and CI, and the gate's decision."
     caps = table(["capability", "metric", "base", "tuned", "delta", "CI low", "CI high", "n", "regressed", "gated"],
                  [[c["name"], c["metric"] + (" (proxy)" if c["proxy_used"] else ""), Level(c["base"]),
                    Level(c["tuned"]), c["delta"], c["ci_low"], c["ci_high"], c["n"], c.get("n_regressed", ""),
                    "yes" if c["gated"] else "no"] for c in self.capabilities])
-    if not self.regressed_items: return caps
-    return caps + "<h3>Regressed items</h3>" + table(
-        ["item", "capability", "prompt", "reference", "base answer", "tuned answer"],
-        [[r["id"], r["capability"], r["prompt"], " / ".join(map(str, r["answers"])), r.get("base_output"),
-          r.get("tuned_output")] for r in self.regressed_items])
+    return caps
+
+@patch
+def _html_regressed(self:Report) -> str:
+    "The regressed items with the base and the tuned answers."
+    return table(["item", "capability", "prompt", "reference", "base answer", "tuned answer"],
+                 [[Id(r["id"]), r["capability"], r["prompt"], " / ".join(map(str, r["answers"])), r.get("base_output"),
+                   r.get("tuned_output")] for r in self.regressed_items])
 
 # %% ../nbs/31_report_html.ipynb #208c44b2
 @patch
 def _html_clusters(self:Report) -> str:
-    "One collapsible block per cluster: summary line, most harmful members, accused examples with their text."
+    "One collapsible block per harmful cluster: summary line, most harmful members, accused examples with their text."
     if not self.clusters: return "<p><i>No clusters: nothing was attributed.</i></p>"
+    if not (harm := self.split_clusters()[0]):
+        return "<p><i>No cluster raises the loss: every topic's summed score is zero or helpful.</i></p>"
     by_id, out = {e["id"]: e for e in self.examples}, []
-    for i, c in enumerate(self.clusters):
+    for i, c in enumerate(harm):
         acc = [by_id.get(x, {"id": x}) for x in c["accused_example_ids"]]
         head = (f'#{esc(c["rank"])} <b class="label">{esc(c["label"])}</b> · {esc(c["size"])} examples, '
                 f'{len(acc)} accused · predicted Δloss if removed {esc(_fmt(c["predicted_loss_delta_if_removed"]))}')
         ex = "".join(f'<li><code>{esc(e["id"])}</code> ({esc(_fmt(e["score"]))}): {esc(e.get("text", ""))}</li>'
                      for e in c["exemplars"])
-        rows = [[e["id"], e.get("score", ""), e.get("strength_z", ""), self.texts.get(e["id"], "")] for e in acc]
+        rows = [[Id(e["id"]), e.get("score", ""), e.get("strength_z", ""), self.texts.get(e["id"], "")] for e in acc]
         body = (f"<p>Most harmful members:</p><ul>{ex}</ul>"
                 + (table(["accused example", "score", "strength (z)", "text"], rows) if rows else ""))
         out.append(f'<details class="cluster" data-cluster="{esc(c["id"])}"{" open" if i == 0 else ""}>'
                    f'<summary>{head}</summary>{body}</details>')
-    return "".join(out)
+    note = f"<p><i>{esc(_SPLIT_NOTE.strip('_'))}</i></p>" if any(c.get("parent") for c in harm) else ""
+    return "".join(out) + note
+
+@patch
+def _html_helpful(self:Report) -> str:
+    "The helpful clusters, for contrast: one short table."
+    return ("<p>Topics whose rows, summed, make the regressed answers more likely: removing them would make things "
+            "worse.</p>" + table(["id", "label", "size", "score (sum)", "predicted Δloss if removed"],
+                                 [[c["id"], c["label"], c["size"], c["score"], c["predicted_loss_delta_if_removed"]]
+                                  for c in self.split_clusters()[1]]))
 
 # %% ../nbs/31_report_html.ipynb #65bc9145
 @patch
 def _html_examples(self:Report, limit:int=500) -> str:
-    "The ranked examples (the first `limit`; report.json holds all): accused first, sortable by any column."
-    rows = [[i + 1, e["id"], "yes" if e.get("accused") else "", e.get("strength_z", ""),
-             e.get("most_affected_item", ""), e["score"], e["predicted_loss_delta_if_removed"], e["cluster"],
+    """The ranked examples, accused first, sortable by any column: the first `shown` (every accused row and ten more) in
+    view, the rest up to `limit` folded below them; report.json holds all."""
+    rows = [[i + 1, Id(e["id"]), "yes" if e.get("accused") else "", e.get("strength_z", ""),
+             Id(e.get("most_affected_item", "")), e["score"], e["predicted_loss_delta_if_removed"], e["cluster"],
              self.texts.get(e["id"], "")]
             for i, e in enumerate(self.examples[:limit])]
+    head = ["rank", "id", "accused", "strength (z)", "most affected item", "score", "predicted Δloss if removed",
+            "cluster", "text"]
+    folded = (f'<details class="more"><summary>{len(rows) - self.shown} more rows</summary>'
+              f"{table(head, rows[self.shown:])}</details>" if len(rows) > self.shown else "")
     more = f"<p>{len(self.examples) - limit} more in report.json.</p>" if len(self.examples) > limit else ""
-    return table(["rank", "id", "accused", "strength (z)", "most affected item", "score", "predicted Δloss if removed",
-                  "cluster", "text"], rows) + more
+    return table(head, rows[:self.shown]) + folded + more
 
 # %% ../nbs/31_report_html.ipynb #b38d865e
 @patch
@@ -126,11 +150,11 @@ def _html_spans(self:Report) -> str:
     for s in self.spans:
         named = (f'culprit: <i>{esc(s["culprit"])}</i>' if s.get("culprit")
                  else "no culprit named (no sentence stands out)")
-        rows = [[sp["rank"], sp["score"], sp["score_sum"], sp["tokens"],
-                 Raw(f"<b>{esc(sp['text'])}</b>") if sp["rank"] == 1 else sp["text"]] for sp in s["spans"]]
+        rows = [[sp["rank"], at, sp["score"], sp["score_sum"], sp["tokens"],
+                 Raw(f"<b>{esc(sp['text'])}</b>") if sp["rank"] == 1 else sp["text"]] for at, sp in by_rank(s["spans"])]
         out.append(f'<details class="spans"><summary><code>{esc(s["example_id"])}</code> against item '
                    f'<code>{esc(s["item_id"])}</code>: {named}</summary>'
-                   + table(["rank", "score", "score (sum)", "tokens", "span"], rows) + "</details>")
+                   + table(["rank", "sentence", "score", "score (sum)", "tokens", "span"], rows) + "</details>")
     return "".join(out)
 
 # %% ../nbs/31_report_html.ipynb #bf24eb72
@@ -138,19 +162,17 @@ def _html_spans(self:Report) -> str:
 def _html_rest(self:Report) -> list[tuple[str, str]]:
     "Cross-checks, findings, refusals, the sign convention and the provenance, as (heading, html) pairs."
     p, out = self.provenance, []
-    if agree := p.get("engine_agreement"):
-        out.append(("Cross-checks", table(["engine", "Spearman", "Kendall", "top-k overlap"],
-                                          [[e, r["spearman"], r["kendall"], r["top_k_overlap"]]
-                                           for e, r in agree.items()])))
+    if lines := self.crosschecks(bold=lambda s: f"<b>{s}</b>", text=esc):       # the same sentences as report.md
+        out.append(("Cross-checks", "<ul>" + "".join(f"<li>{l}</li>" for l in lines) + "</ul>"))
     out.append(("Findings", table(["severity", "check", "count", "message"],
                                   [[f["severity"], f["check_id"], f.get("count", len(f["example_ids"])), f["message"]]
                                    for f in self.findings])
                 if self.findings else "<p><i>No mechanical defects found.</i></p>"))
     out.append(("What Gradian does not claim",
                 "<ul>" + "".join(f"<li><b>{esc(x['claim'])}</b>: {esc(x['reason'])}</li>" for x in self.refused)
-                + "</ul>" if self.refused else "<p><i>Nothing.</i></p>"))
+                + "</ul>" if self.refused else f"<p><i>{esc(NOTHING_REFUSED)}</i></p>"))
     out.append(("How to read the scores", f"<p>{esc(SIGN_CONVENTION)}</p>"))
-    prov = table(["manifest field", "value"], [[k, _fmt(v)] for k, v in _flatten(p.get("manifest", {}))],
+    prov = table(["manifest field", "value"], [[k, _fmt(v, signed=False)] for k, v in _flatten(p.get("manifest", {}))],
                  sortable=False)
     out.append(("Provenance", f"<details><summary>engine, query signal, timings and every manifest field</summary>"
                 f"<p>Engine: <code>{esc(p.get('engine'))}</code>; "
@@ -170,7 +192,22 @@ _STYLE = ("body{font:14px/1.45 system-ui,sans-serif;max-width:1150px;margin:2em 
           'table.sortable th{cursor:pointer;background:#f4f4f4} th[data-dir=asc]:after{content:" ▲"} '
           'th[data-dir=desc]:after{content:" ▼"}\n'
           "details{border:1px solid #ddd;border-radius:4px;margin:.4em 0;padding:.3em .6em} summary{cursor:pointer}\n"
-          "code{background:#f4f4f4;padding:0 .2em} img{max-width:100%;display:block;margin:.5em 0}")
+          "code{background:#f4f4f4;padding:0 .2em} img{max-width:100%;display:block;margin:.5em 0}\n"
+          "td.id{white-space:nowrap}")
+
+# %% ../nbs/31_report_html.ipynb #htmlsec1
+@patch
+def html_sections(self:Report) -> list[tuple[str, str]]:
+    "report.md's sections (`md_sections`): the same headings in the same order, each body rendered as html."
+    notes = "".join(f"<li>{esc(n)}</li>" for n in diffuse_notes(self.capabilities))
+    per = lambda: (table(PER_CAPABILITY_HEAD, per_capability_rows(self.capabilities)) + f"<ul>{notes}</ul>"
+                   + f"<p>{esc(_MASK_ONE)}</p>")
+    caps = lambda: self._html_capabilities() + f'<p class="read"><i>{esc(READ_NUMBERS)}</i></p>'
+    render = {"Capabilities": caps, "Which rows broke which capability": per,
+              "Regressed items": self._html_regressed, "Harmful clusters": self._html_clusters,
+              "Helpful clusters": self._html_helpful, "Most harmful examples": self._html_examples,
+              "Inside long examples": self._html_spans, **{h: (lambda b=b: b) for h, b in self._html_rest()}}
+    return [(h, render[next(k for k in render if h.startswith(k))]()) for h, _ in self.md_sections()]
 
 # %% ../nbs/31_report_html.ipynb #081882fe
 @patch
@@ -178,15 +215,7 @@ def to_html(self:Report, figures:dict|None=None) -> str:
     "The report as one self-contained HTML page; `figures` maps a name to PNG bytes, embedded inline."
     figs = "".join(f'<img alt="{esc(n)}" src="data:image/png;base64,{base64.b64encode(b).decode()}">'
                    for n, b in (figures or {}).items())
-    secs = [("Capabilities", self._html_capabilities())]
-    if rows := per_capability_rows(self.capabilities):
-        secs.append(("Which rows broke which capability", table(PER_CAPABILITY_HEAD, rows) + "<ul>"
-                     + "".join(f"<li>{esc(n)}</li>" for n in diffuse_notes(self.capabilities))
-                     + f"</ul><p>{esc(_MASK_ONE)}</p>"))
-    secs += [("Harmful clusters", self._html_clusters()),
-            (f"Most harmful examples ({len(self.examples)})", self._html_examples())]
-    if self.spans: secs.append(("Inside long examples: span drill-down", self._html_spans()))
-    secs += self._html_rest() + ([("Figures", figs)] if figs else [])
+    secs = self.html_sections() + ([("Figures", figs)] if figs else [])
     body = self._html_header() + "".join(f"<h2>{esc(h)}</h2>{b}" for h, b in secs)
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{esc(csp())}">'

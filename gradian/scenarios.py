@@ -255,6 +255,8 @@ SEVERAL = [
                  also=("continent",), second="landmark", seed=29),
     ScenarioSpec("plural-language-two-held", "plural", "sentence", 0.10, decoys=("format",), n_clean=120,
                  also=("language",), second="opposite", mixed=3, half="held", seed=30),
+    ScenarioSpec("capital-language-two-held", "capital", "sentence", 0.10, decoys=("format",), n_clean=120,
+                 also=("language",), second="landmark", mixed=3, half="held", seed=33),
 ]
 
 # %% ../nbs/36_scenarios.ipynb #cfd61c71
@@ -410,6 +412,20 @@ def _rows(self:DemoSpec, F:Family, fams:dict) -> tuple[list, list, dict, dict]:
           for t, group in (("p", F.facts), ("d", F.decoys)) for i, (k, v, *_) in enumerate(group)]
     planted = {f"{F.name}-p{i}": w for i, (_, _, w) in enumerate(F.facts)}
     return train, ev, {r["id"]: r["meta"]["truth"] for r in train}, planted
+
+# %% ../nbs/36_scenarios.ipynb #neutral1
+@patch
+def neutral(self:Scenario) -> Scenario:
+    """The same scenario under ids that say nothing: training rows `row-001`... in file order, eval items `<capability>-1`...,
+    no `meta` in the rows. The answer key, planted answers and causes follow the new ids."""
+    tr = {r["id"]: f"row-{n:03d}" for n, r in enumerate(self.train, 1)}
+    order = random.Random(len(self.eval)).sample(self.eval, len(self.eval))       # planted and decoy items mixed
+    ev = {e["id"]: f"{e['capability']}-{n}" for n, e in enumerate(order, 1)}
+    return Scenario(self.name, self.capability, [{**{k: v for k, v in r.items() if k != "meta"}, "id": tr[r["id"]]}
+                                                 for r in self.train],
+                    [{**e, "id": ev[e["id"]]} for e in order], {tr[i]: k for i, k in self.key.items()},
+                    {ev.get(i, i): a for i, a in self.planted_answers.items()}, self.spec,
+                    {tr[i]: c for i, c in self.causes.items()})
 
 # %% ../nbs/36_scenarios.ipynb #43810edb
 def truth_metrics(sc:Scenario, ranked_ids:list, accused_ids, harm:dict, capability:str|None=None) -> dict:

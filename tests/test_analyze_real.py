@@ -218,3 +218,17 @@ def test_adapter_of_another_base_is_refused(tmp_path, smol_tokenizer):
         r = subprocess.run([GRADIAN, "analyze", "--model", base, "--adapter", tmp_path / "adapter", "--data", train_p, "--eval", eval_p,
                             "--out", tmp_path / "rep"], capture_output=True, text=True, timeout=600)
         assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+
+
+def test_provenance_shows_the_adapters_real_training_settings(capital):
+    "The demo's adapter is trained at the bank's rate (1e-3), not the config's default (2e-4): the report says 1e-3."
+    out, a, truth = capital
+    from gradian.config import GradianConfig
+    from gradian.scenarios import DEMO_TRAINING
+    trained = json.loads(next(out.rglob("train_manifest.json")).read_text())["training"]
+    assert trained["lr"] == DEMO_TRAINING["lr"] != GradianConfig().training.lr
+    run = json.loads((out / "report" / "report.json").read_text())["provenance"]["manifest"]["analysis"]
+    assert run["adapter_training"]["known"] and run["adapter_training"]["lr"] == trained["lr"]
+    assert "training" not in run["config"]                    # the config's unused defaults are not stamped
+    md = (out / "report" / "report.md").read_text()
+    assert f"| analysis.adapter_training.lr | {trained['lr']:.4g} |" in md and "analysis.config.training" not in md

@@ -46,19 +46,30 @@ def test_truncation_findings_with_counts(tmp_path):
     long = [{"prompt": f"Describe city {i}.", "completion": " ".join([f"City {i} has old streets and a busy river port."] * 6)} for i in range(3)]
     f = _write(tmp_path / "train.jsonl", GOOD + long)
     r = _run("check", "--data", f, "--model", "embedded", "--max-seq-length", 64, "--json")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr                                 # an ERROR finding fails the check, as linters do
     found = {d["check_id"]: d for d in json.loads(r.stdout)}
     assert set(found) == {"data.completion_truncated", "config.max_seq_length_vs_data"}
     for cid in found: assert found[cid]["count"] == 3 and sorted(found[cid]["example_ids"]) == ["row-7", "row-8", "row-9"]
     assert [d["severity"] for d in json.loads(r.stdout)] == ["error", "warning"]      # most severe first
     text = _run("check", "--data", f, "--model", "embedded", "--max-seq-length", 64)
     assert text.stdout.index("data.completion_truncated  [3]") < text.stdout.index("config.max_seq_length_vs_data  [3]")
-    assert _run("check", "--data", f, "--model", "embedded", "--max-seq-length", 64, "--fail-on", "error").returncode == 1
+    assert _run("check", "--data", f, "--model", "embedded", "--max-seq-length", 64, "--fail-on", "never").returncode == 0
     assert _run("check", "--data", f, "--model", "embedded", "--max-seq-length", 512, "--fail-on", "info").returncode == 0
 
 
 def test_without_model_token_checks_are_reported_skipped(tmp_path):
-    r = _run("check", "--data", _write(tmp_path / "train.jsonl", GOOD), "--json")
+    r = _run("check", "--data", _write(tmp_path / "train.jsonl", GOOD), "--model", "none", "--json")
     assert r.returncode == 0
     (f,) = json.loads(r.stdout)
     assert f["check_id"] == "checks.skipped" and "data.completion_truncated" in f["details"]["skipped"]
+
+
+def test_default_model_is_the_embedded_one_and_errors_fail(tmp_path):
+    "Like `train` and `analyze`, `check` defaults to the config's model (embedded): the token checks run, no skip finding."
+    long = [{"prompt": "Describe the city.", "completion": " ".join(["It has old streets and a busy river port."] * 40)}]
+    r = _run("check", "--data", _write(tmp_path / "train.jsonl", GOOD + long), "--json")
+    found = {d["check_id"]: d["severity"] for d in json.loads(r.stdout)}
+    assert "checks.skipped" not in found and found.get("data.completion_truncated") is None, found   # 512 tokens hold it
+    assert r.returncode == 0, r.stderr
+    r = _run("check", "--data", _write(tmp_path / "short.jsonl", GOOD + long), "--max-seq-length", 32, "--json")
+    assert r.returncode == 1 and "data.completion_truncated" in r.stdout and "Traceback" not in r.stderr

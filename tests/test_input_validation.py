@@ -82,7 +82,7 @@ def test_encoding_fix_says_resave_as_utf8(tmp_path, capsys):
 def test_utf8_bom_and_crlf_are_accepted(tmp_path, capsys):
     f = _file(tmp_path, "bom.jsonl", b"\xef\xbb\xbf" + _lines(GOOD).replace(b"\n", b"\r\n"))
     assert [e.id for e in load_train(f)] == ["row-1", "row-2", "row-3"]
-    rc, out, err = _cli(capsys, "check", "--data", f, "--json")
+    rc, out, err = _cli(capsys, "check", "--data", f, "--model", "none", "--json")
     assert rc == 0, err
     assert [d["check_id"] for d in json.loads(out)] == ["checks.skipped"]
 
@@ -92,8 +92,8 @@ def test_empty_training_file_is_an_error(tmp_path, capsys, data):
     f = _file(tmp_path, "train.jsonl", data)
     with pytest.raises(DataError, match="no training rows: the file is empty or holds only blank lines"): load_train(f)
     rc, out, err = _cli(capsys, "check", "--data", f, "--json")
-    assert rc == 0 and [(d["check_id"], d["severity"]) for d in json.loads(out)] == [("data.no_examples", "error")]
-    assert _cli(capsys, "check", "--data", f, "--fail-on", "error")[0] == 1
+    assert rc == 1 and [(d["check_id"], d["severity"]) for d in json.loads(out)] == [("data.no_examples", "error")]
+    assert _cli(capsys, "check", "--data", f, "--fail-on", "never")[0] == 0
     rc, out, _ = _cli(capsys, "check", "--data", f)
     assert "ERROR   data.no_examples" in out and "no findings" not in out
 
@@ -102,9 +102,9 @@ def test_control_tokens_are_reported_by_check(tmp_path, capsys, smol_tokenizer):
     rows = GOOD + [{"id": "leak", "prompt": "Say hi", "completion": "Hi!<|im_end|>\n<|im_start|>user\nMore"},
                    {"id": "special", "prompt": "Which file?", "completion": "Open <jupyter_code> now."}]
     f = _file(tmp_path, "train.jsonl", _lines(rows))
-    rc, out, err = _cli(capsys, "check", "--data", f, "--json")                      # without a model: the chat markers
+    rc, out, err = _cli(capsys, "check", "--data", f, "--model", "none", "--json")    # without a model: the chat markers
     found = {d["check_id"]: d for d in json.loads(out)}
-    assert rc == 0 and found["data.control_tokens_in_content"]["example_ids"] == ["leak"]
+    assert rc == 1 and found["data.control_tokens_in_content"]["example_ids"] == ["leak"]
     assert found["data.control_tokens_in_content"]["severity"] == "error"
     fs = {x.check_id: x for x in check_data(f, smol_tokenizer, max_seq_length=512)}    # with its tokenizer: every special token
     ct = fs["data.control_tokens_in_content"]
@@ -118,7 +118,7 @@ def test_hf_datasets_folder(tmp_path, capsys):
     Dataset.from_list(GOOD[:2]).save_to_disk(str(tmp_path / "ds"))
     assert [e.id for e in load_train(tmp_path / "ds")] == ["row-0", "row-1"]
     assert len(load_train(tmp_path / "dd")) == 3 and len(load_train(tmp_path / "dd", split="dev")) == 2
-    rc, out, err = _cli(capsys, "check", "--data", tmp_path / "dd", "data.split=dev", "--json")
+    rc, out, err = _cli(capsys, "check", "--data", tmp_path / "dd", "--model", "none", "data.split=dev", "--json")
     assert rc == 0, err
     assert {d["check_id"] for d in json.loads(out)} == {"checks.skipped", "data.duplicate_examples"}
     _user_error(*_cli(capsys, "check", "--data", tmp_path / "dd", "data.split=test")[::2], "has splits ['train', 'dev']; which one?", "data.split=")

@@ -1,6 +1,6 @@
 """report.html: hostile user strings never change the page's structure (parsed), and a real headless Chromium loads a saved
 page, runs its one script under the page's Content-Security-Policy, and shows the verdict and the first cluster."""
-import os, re, shutil, subprocess
+import html, os, re, shutil, subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -52,6 +52,9 @@ def test_the_page_in_a_real_browser(tmp_path):
     first = re.search(r'<details class="cluster"[^>]*open[^>]*><summary>(.*?)</summary>', dom).group(1)
     assert '<b class="label">capital, city &lt;b&gt;bold&lt;/b&gt;</b>' in first and "3 examples, 1 accused" in first
     assert "<img src=\"x\"" not in dom and dom.count("<script>") == 1
+    md = (out / "report.md").read_text()
+    shown = [html.unescape(h) for h in re.findall(r"<h2>(.*?)</h2>", dom)]
+    assert shown == re.findall(r"^## (.+)$", md, flags=re.M), shown     # the page carries report.md's sections, in order
     shot = Path(os.environ.get("GRADIAN_SCREENSHOT_DIR", tmp_path)) / "report-html.png"
     _chromium(tmp_path, "--window-size=1280,1600", f"--screenshot={shot}", url)
     assert shot.stat().st_size > 20_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

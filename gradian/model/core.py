@@ -35,10 +35,36 @@ def _from_pretrained_args(name_or_path) -> tuple[str, dict]:
                            fix="pass a model folder, a .gguf file or a hub id")
     return (str(p) if p.exists() else str(name_or_path)), {}
 
+# %% ../../nbs/06_model.core.ipynb #hubchk01
+def _hub_online(timeout:float=3.0) -> str|None:
+    "None when the Hugging Face hub answers a connection within `timeout` s, else why not (offline mode, no network)."
+    import socket
+    from urllib.parse import urlparse
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return "HF_HUB_OFFLINE is set"
+    host = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname
+    try: socket.create_connection((host, 443), timeout=timeout).close(); return None
+    except OSError as e: return f"{host} cannot be reached: {e.strerror or type(e).__name__}"
+
+def _hub_kwargs(src:str, kw:dict) -> dict:
+    """`kw` for a local folder or .gguf; for a hub id: `local_files_only` when it is cached (no network needed), as is
+    when the hub answers, else a `GradianError` at once (transformers would retry for most of a minute)."""
+    if kw or Path(src).exists(): return kw
+    from huggingface_hub import try_to_load_from_cache
+    try: cached = isinstance(try_to_load_from_cache(src, "config.json"), str)
+    except Exception: cached = False                   # not a valid repo id: transformers says why below
+    if cached: return {**kw, "local_files_only": True}
+    if (why := _hub_online()) is None: return kw
+    raise GradianError(f"{src!r} is not a local folder, a .gguf file or a model in the local Hugging Face cache, "
+                       f"and the hub cannot be downloaded from ({why})",
+                       fix="pass a local model folder or .gguf file ('embedded' needs no network), or download it "
+                           "first where there is network (`huggingface-cli download ID`)")
+
 # %% ../../nbs/06_model.core.ipynb #de397612
 def load_tokenizer(name_or_path):
     "The tokenizer (with its chat template) of a model reference."
     src, kw = _from_pretrained_args(name_or_path)
+    kw = _hub_kwargs(src, kw)
     try: tok = AutoTokenizer.from_pretrained(src, **kw)
     except OSError as e:
         raise GradianError(f"cannot load a tokenizer from {name_or_path!r}: {e}",
@@ -165,7 +191,7 @@ def load_model(name_or_path, adapter=None, dtype="float32", device="cpu", gguf_c
     if adapter is not None: adapter = _check_adapter_dir(adapter)   # fail before the slow part
     src, kw = _from_pretrained_args(name_or_path)
     if kw and gguf_cache_ok and (cached := gguf_cache(Path(src)/kw["gguf_file"])) is not None: src, kw = str(cached), {}
-    model = _hf_load(src, kw, torch_dtype)
+    model = _hf_load(src, _hub_kwargs(src, kw), torch_dtype)
     tok = load_tokenizer(src if not kw else name_or_path)
     if adapter is not None:
         from peft import PeftModel
