@@ -131,7 +131,7 @@ def test_ekfac_engine_on_the_real_fine_tune(capital, tmp_path):
     cfg = load_config(None, ["engine.name=ekfac", "engine.normalize=l2", "data.max_seq_length=256", "index.path_scale=null"])
     b = analyze("embedded", out / "adapter", out / "data" / "train.jsonl", out / "data" / "eval.jsonl", tmp_path / "rep", cfg=cfg,
                 index=out / "report" / "index", log=None, progress=False)
-    t = demo_truth(b, build_scenario(DemoSpec("capital", n_long=2)))
+    t = demo_truth(b, build_scenario(DemoSpec("capital", n_long=2)).neutral())      # the ids the demo wrote
     agree = b.report.provenance["engine_agreement"]
     print("ekfac on the demo fine-tune:", json.dumps(t), json.dumps(agree), json.dumps(b.timings))
     assert b.report.provenance["engine"]["engine"] == "ekfac" and b.verdict == "attributed"
@@ -179,7 +179,7 @@ def test_truncated_plant_leads_with_the_data_defect(truncated):
     out, a, truth = truncated
     rep = json.loads((out / "report" / "report.json").read_text())
     by = {f["check_id"]: f for f in rep["findings"]}
-    planted = set(build_scenario(DemoSpec("capital", truncate_planted=True)).ids("planted"))
+    planted = set(build_scenario(DemoSpec("capital", truncate_planted=True)).neutral().ids("planted"))
     assert set(by["data.completion_truncated"]["example_ids"]) == planted and by["data.completion_truncated"]["count"] == len(planted)
     assert by["config.max_seq_length_vs_data"]["count"] == len(planted)
     x = by["attribution.cluster_matches_data_defect"]
