@@ -150,7 +150,7 @@ def adapter_training(adapter) -> dict:
     if mp is None or not mp.is_file():
         return dict(known=False, why="no train_manifest.json beside the adapter (trained outside gradian, or no adapter)")
     m = json.loads(mp.read_text())
-    return dict(known=True, backend=m.get("backend"), **(m.get("training") or {}))
+    return {"known": True, "backend": m.get("backend"), **(m.get("training") or {})}   # the manifest's own record
 
 def analysis_provenance(cfg:GradianConfig, model, adapter, train, eval, examples:Sequence, items:Sequence) -> dict:
     """What the report records of this run's inputs: the settings that shaped it (the config less its `training`
