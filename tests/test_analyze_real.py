@@ -231,4 +231,4 @@ def test_provenance_shows_the_adapters_real_training_settings(capital):
     assert run["adapter_training"]["known"] and run["adapter_training"]["lr"] == trained["lr"]
     assert "training" not in run["config"]                    # the config's unused defaults are not stamped
     md = (out / "report" / "report.md").read_text()
-    assert f"| analysis.adapter_training.lr | {trained['lr']:.4g} |" in md and "analysis.config.training" not in md
+    assert f"| {md_escape('analysis.adapter_training.lr')} | {trained['lr']:.4g} |" in md and "analysis.config.training" not in md
