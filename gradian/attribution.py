@@ -120,7 +120,8 @@ def rank_examples(scores:InfluenceScores, b:Blame, top_k:int|None=None) -> list[
     taught = b.taught if b.taught is not None else np.zeros(scores.n, dtype=bool)
     return [dict(id=scores.ids[i], score=float(overall[i]), predicted_loss_delta_if_removed=float(overall[i] / n),
                  cluster=cof.get(scores.ids[i]), strength_z=float(b.strength[i]),
-                 most_affected_item=scores.labels[b.item_of[i]], accused=bool(b.accused[i]),
+                 most_affected_item=scores.labels[b.item_of[i]], score_at_item=float(scores.scores[i, b.item_of[i]]),
+                 accused=bool(b.accused[i]),
                  **({"scored_by_sentence": True} if scores.ids[i] in sent else {}),
                  **({"teaches_wrong_answer": True} if taught[i] else {})) for i in b.order[:top_k]]
 

@@ -237,6 +237,8 @@ _FOOT_PATH = (" An item marked `@<scale>` is that item's query at a second point
               "(the LoRA update scaled by <scale>, `index.path_scale`).")
 _FOOT_LONG = (" † A long example, scored by its most harmful sentence where that is more harmful than the whole "
               "(`engine.long_examples`).")
+_FOOT_PER_ITEM = (" An accused row whose mean score is helpful (positive) is accused for the item it harms most (score "
+                  "there): the accusation is per regressed item, and a row can hurt one item while helping the others.")
 _FOOT_TEACH = (" ‡ Accused by the second rule: its answer states the wrong answer the tuned model gives to a regressed "
                "item, about the same subject, and its score there is harmful beyond `cluster.teach_z`.")
 
@@ -250,15 +252,18 @@ def _md_examples(self:Report) -> str:
                        + (" †" if e.get("scored_by_sentence") else "")
                        + (" ‡" if e.get("teaches_wrong_answer") else "")),
              _fmt(e.get("strength_z")) if e.get("strength_z") is not None else "", e.get("most_affected_item", ""),
-             _fmt(e["score"]), _fmt(e["predicted_loss_delta_if_removed"]), e["cluster"], self.texts.get(e["id"], "")]
+             _fmt(e["score_at_item"]) if e.get("score_at_item") is not None else "", _fmt(e["score"]),
+             _fmt(e["predicted_loss_delta_if_removed"]), e["cluster"], self.texts.get(e["id"], "")]
             for i, e in enumerate(shown)]
     return ("The accused first, then the rest, each ranked by strength: the example's most harmful robust z-score "
-            "over the regressed items, and the item it hurts most. Score: the mean over items, i.e. the predicted "
+            "over the regressed items, and the item it hurts most (score there: its score on that item). Score (mean): "
+            "the mean over items, i.e. the predicted "
             "effect on the average query loss."
             + (_FOOT_PATH if any("@" in str(e.get("most_affected_item", "")) for e in shown) else "")
             + (_FOOT_LONG if any(e.get("scored_by_sentence") for e in shown) else "")
-            + (_FOOT_TEACH if any(e.get("teaches_wrong_answer") for e in shown) else "") + "\n\n"
-            + _md_table(rows, ["rank", "id", "strength (z)", "most affected item", "score",
+            + (_FOOT_TEACH if any(e.get("teaches_wrong_answer") for e in shown) else "")
+            + (_FOOT_PER_ITEM if any(e.get("accused") and e["score"] > 0 for e in shown) else "") + "\n\n"
+            + _md_table(rows, ["rank", "id", "strength (z)", "most affected item", "score there", "score (mean)",
                                "predicted Δloss if removed", "cluster", "text"]))
 
 # %% ../nbs/30_report.ipynb #byrank01

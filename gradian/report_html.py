@@ -13,7 +13,7 @@ from fastcore.basics import patch
 from .core import SIGN_CONVENTION, atomic_write
 from .render import (NOTHING_REFUSED, PER_CAPABILITY_HEAD, READ_NUMBERS, _MASK_ONE, _flatten, _fmt, diffuse_notes,
                             per_capability_rows)
-from .report import _SPLIT_NOTE, Report, by_rank
+from .report import _FOOT_PER_ITEM, _SPLIT_NOTE, Report, by_rank
 
 # %% auto #0
 __all__ = ['SORT_SCRIPT', 'Raw', 'esc', 'Level', 'Id', 'table', 'csp', 'write_html']
@@ -132,15 +132,17 @@ def _html_examples(self:Report, limit:int=500) -> str:
     """The ranked examples, accused first, sortable by any column: the first `shown` (every accused row and ten more) in
     view, the rest up to `limit` folded below them; report.json holds all."""
     rows = [[i + 1, Id(e["id"]), "yes" if e.get("accused") else "", e.get("strength_z", ""),
-             Id(e.get("most_affected_item", "")), e["score"], e["predicted_loss_delta_if_removed"], e["cluster"],
+             Id(e.get("most_affected_item", "")), e.get("score_at_item", ""), e["score"], e["predicted_loss_delta_if_removed"], e["cluster"],
              self.texts.get(e["id"], "")]
             for i, e in enumerate(self.examples[:limit])]
-    head = ["rank", "id", "accused", "strength (z)", "most affected item", "score", "predicted Δloss if removed",
-            "cluster", "text"]
+    head = ["rank", "id", "accused", "strength (z)", "most affected item", "score there", "score (mean)",
+            "predicted Δloss if removed", "cluster", "text"]
     folded = (f'<details class="more"><summary>{len(rows) - self.shown} more rows</summary>'
               f"{table(head, rows[self.shown:])}</details>" if len(rows) > self.shown else "")
     more = f"<p>{len(self.examples) - limit} more in report.json.</p>" if len(self.examples) > limit else ""
-    return table(head, rows[:self.shown]) + folded + more
+    note = (f"<p><i>{esc(_FOOT_PER_ITEM.strip())}</i></p>"
+            if any(e.get("accused") and e["score"] > 0 for e in self.examples[:self.shown]) else "")
+    return note + table(head, rows[:self.shown]) + folded + more
 
 # %% ../nbs/31_report_html.ipynb #b38d865e
 @patch
