@@ -157,8 +157,8 @@ def analysis_provenance(cfg:GradianConfig, model, adapter, train, eval, examples
     section, which analyze never reads), how the adapter was really trained, eval set, data, model, versions."""
     eval_file = Path(str(eval)).is_file()
     used = {k: v for k, v in config_to_dict(cfg).items() if k != "training"}
-    return dict(config=used, adapter_training=adapter_training(adapter), eval=dict(ref=str(eval), sha256_16=hash_file(eval) if eval_file else None,
-                                                      n_items=len(items)),
+    return dict(config=used, adapter_training=adapter_training(adapter),
+                eval=dict(ref=str(eval), sha256_16=hash_file(eval) if eval_file else None, n_items=len(items)),
                 data=dict(ref=str(train), fingerprint=data_fingerprint(examples), n_examples=len(examples)),
                 model=dict(ref=str(model) if isinstance(model, (str, Path)) else type(model).__name__,
                            adapter=None if adapter is None else str(adapter)),
