@@ -148,7 +148,7 @@ def adapter_training(adapter) -> dict:
     "How the adapter was trained, as its `train_manifest.json` records it; else `known: false` and why."
     mp = Path(str(adapter))/"train_manifest.json" if isinstance(adapter, (str, Path)) else None
     if mp is None or not mp.is_file():
-        return dict(known=False, why="no train_manifest.json beside the adapter (trained outside gradian, or no adapter)")
+        return dict(known=False, why="no train_manifest.json beside the adapter (trained outside gradian, or none)")
     m = json.loads(mp.read_text())
     return {"known": True, "backend": m.get("backend"), **(m.get("training") or {})}   # the manifest's own record
 

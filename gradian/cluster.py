@@ -228,7 +228,8 @@ def _word(w:str) -> str: return w.strip(".,;:!?\"'()[]").lower()
 
 def answer_pattern(texts:Sequence[str], min_share:float=0.6, width:int=60) -> str:
     """What a group's answers say in common, as a template: the words at least `min_share` of them use, in the order of
-    the answer that uses the most of them, anything else as '…' ('The capital of … is …'); '' when under two are shared."""
+    the answer that uses the most of them, anything else as '…' ('The capital of … is …'); '' when under two are
+    shared."""
     ans = [t.split("\n", 1)[-1].split() for t in texts]
     share = Counter(w for a in ans for w in {_word(x) for x in a})
     common = {w for w, c in share.items() if w and c >= min_share * len(ans)}

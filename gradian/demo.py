@@ -70,7 +70,8 @@ def demo_truth(analysis, scenario:Scenario) -> dict:
 def _demo_data(out:Path, family:str, n_clean:int, seed:int, truncate_planted:bool, n_long:int) -> tuple:
     "The demo's scenario, written to `out/data`: (scenario, train path, eval path)."
     n_long = 0 if truncate_planted else n_long         # a long entry would not fit the 64-token limit either
-    sc = build_scenario(DemoSpec(family, n_clean, seed=seed, truncate_planted=truncate_planted, n_long=n_long)).neutral()
+    spec = DemoSpec(family, n_clean, seed=seed, truncate_planted=truncate_planted, n_long=n_long)
+    sc = build_scenario(spec).neutral()                # ids that give nothing away; the key stays in `sc`
     return (sc, *sc.write(out/"data", key=False))
 
 # %% ../nbs/37_demo.ipynb #70cd8ee3

@@ -122,7 +122,7 @@ def _fig_capabilities(r, folder:Path) -> str:
 
 # %% ../nbs/29_render.ipynb #shortlb1
 def short_label(label, n:int=40) -> str:
-    "`label` cut to `n` characters, keeping a split cluster's ' (accused)' or ' (rest)' ending, so 2a and 2b stay apart."
+    "`label` cut to `n` characters, keeping a split cluster's ' (accused)' or ' (rest)' ending: 2a and 2b stay apart."
     s = str(label); m = re.search(r" \((accused|rest)\)$", s)
     head, tail = (s[:m.start()], m.group(0)) if m else (s, "")
     return (head if len(head) <= n - len(tail) else head[:n - len(tail) - 1] + "…") + tail

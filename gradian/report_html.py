@@ -132,7 +132,8 @@ def _html_examples(self:Report, limit:int=500) -> str:
     """The ranked examples, accused first, sortable by any column: the first `shown` (every accused row and ten more) in
     view, the rest up to `limit` folded below them; report.json holds all."""
     rows = [[i + 1, Id(e["id"]), "yes" if e.get("accused") else "", e.get("strength_z", ""),
-             Id(e.get("most_affected_item", "")), e.get("score_at_item", ""), e["score"], e["predicted_loss_delta_if_removed"], e["cluster"],
+             Id(e.get("most_affected_item", "")), e.get("score_at_item", ""), e["score"],
+             e["predicted_loss_delta_if_removed"], e["cluster"],
              self.texts.get(e["id"], "")]
             for i, e in enumerate(self.examples[:limit])]
     head = ["rank", "id", "accused", "strength (z)", "most affected item", "score there", "score (mean)",

@@ -416,8 +416,8 @@ def _rows(self:DemoSpec, F:Family, fams:dict) -> tuple[list, list, dict, dict]:
 # %% ../nbs/36_scenarios.ipynb #neutral1
 @patch
 def neutral(self:Scenario) -> Scenario:
-    """The same scenario under ids that say nothing: training rows `row-001`... in file order, eval items `<capability>-1`...,
-    no `meta` in the rows. The answer key, planted answers and causes follow the new ids."""
+    """The same scenario under ids that say nothing: training rows `row-001`... in file order, eval items
+    `<capability>-1`... in a shuffled order, no `meta` in the rows. The answer key, planted answers and causes follow the new ids."""
     tr = {r["id"]: f"row-{n:03d}" for n, r in enumerate(self.train, 1)}
     order = random.Random(len(self.eval)).sample(self.eval, len(self.eval))       # planted and decoy items mixed
     ev = {e["id"]: f"{e['capability']}-{n}" for n, e in enumerate(order, 1)}
