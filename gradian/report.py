@@ -352,8 +352,9 @@ def _md_provenance(self:Report) -> str:
                if p.get("query_set_aside") else []),
              "Stage timings (seconds): "
              + ", ".join(f"{md_escape(k)} {v:.1f}" for k, v in p.get("timings", {}).items()),
-             "", f"<details><summary>Every manifest field ({len(rows)}; all of it in report.json, "
-                 "<code>provenance.manifest</code>)</summary>", "", _md_table(rows, ["manifest field", "value"]), "",
+             "", f"<details><summary>Every manifest field ({len(rows)}; all of it in "
+                 '<a href="report.json">report.json</a>, <code>provenance.manifest</code>)</summary>', "",
+             _md_table(rows, ["manifest field", "value"]), "",
              "</details>"]
     return "\n".join(parts)
 
