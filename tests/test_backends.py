@@ -222,7 +222,7 @@ def test_user_errors_exit_2(train_file, tmp_path, monkeypatch, capsys):
         assert "unsloth" not in sys.modules
     monkeypatch.setitem(sys.modules, "trl", None)                        # as if trl were not installed
     err = run("--backend", "trl", "--data", train_file, "--out", tmp_path / "a")
-    assert "trl is not installed" in err and "gradian[trl]" in err
+    assert "trl is not installed" in err and "pip install 'trl>=0.12'" in err
     assert not (tmp_path / "a").exists()
 
 

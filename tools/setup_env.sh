@@ -9,7 +9,7 @@ PY=${PYTHON:-python3}
 # torch first, pinned to the CPU build (constraints/cpu.txt); then the package and its extras.
 .venv/bin/python -m pip install -q -c constraints/cpu.txt torch
 .venv/bin/python -m pip install -q -c constraints/cpu.txt -e ".[dev,trl,cluster]"
-# EK-FAC (the [ekfac] extra): kronfluence lists torchvision among its requirements but never imports it, and
+# EK-FAC (no extra of its own): kronfluence lists torchvision among its requirements but never imports it, and
 # torchvision's wheels do not load beside the CPU torch; so kronfluence goes in without dependencies, after
 # the packages it does import (the other order makes pip print a red "requires torchvision" ERROR).
 .venv/bin/python -m pip install -q -c constraints/cpu.txt einops opt_einsum

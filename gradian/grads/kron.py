@@ -22,10 +22,12 @@ from .loss import packed_ce, target_positions
 from ..model.core import adapter_scaled
 
 # %% auto #0
-__all__ = ['supervised_ce', 'TokenRows', 'collate_rows', 'KronTask', 'tracked', 'relative_damping', 'factor_arguments',
-           'load_factors', 'fit_factors', 'pairwise_scores']
+__all__ = ['EKFAC_INSTALL', 'supervised_ce', 'TokenRows', 'collate_rows', 'KronTask', 'tracked', 'relative_damping',
+           'factor_arguments', 'load_factors', 'fit_factors', 'pairwise_scores']
 
 # %% ../../nbs/15_grads.kron.ipynb #9b635725
+EKFAC_INSTALL = ("pip install einops opt_einsum && pip install --no-deps kronfluence einconv (kronfluence lists "
+                 "torchvision, whose PyPI wheels break beside a CPU torch; tools/setup_env.sh does the same)")
 try:
     import kronfluence
     import kronfluence.factor.config as _kron_config
@@ -35,8 +37,8 @@ try:
     from kronfluence.module.utils import wrap_tracked_modules
     from kronfluence.task import Task
     from kronfluence.utils.dataset import DataLoaderKwargs
-except ImportError as e:                                   # the optional extra is missing
-    raise GradianError(f"the ekfac engine needs kronfluence ({e})", fix="pip install 'gradian[ekfac]'") from e
+except ImportError as e:                                   # the optional part is missing
+    raise GradianError(f"the ekfac engine needs kronfluence ({e})", fix=EKFAC_INSTALL) from e
 
 # %% ../../nbs/15_grads.kron.ipynb #89096418
 def _batch(b:dict) -> Batch: return Batch(b["input_ids"], b["attention_mask"], b["position_ids"], b["supervised"])

@@ -64,7 +64,7 @@ def sft_config(spec:TrainSpec):
 class TRLBackend(HFBackend):
     "TRL `SFTTrainer` on Gradian's tokenized rows, answer-only through `completion_mask`."
     name = "trl"
-    install_hint = "pip install 'gradian[trl]'  (TRL >= 0.12)"
+    install_hint = "pip install 'trl>=0.12'"
     def trainer_cls(self): return _sft_trainer_cls()
     def status(self) -> tuple[bool, str]:
         try: import trl
