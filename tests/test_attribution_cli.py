@@ -6,10 +6,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _bench(name:str):
+    "benchmarks/attribution.py loaded as a fresh module of its own (the tests patch its functions)."
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "attribution.py")
+    bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench)
+    return bench
+
+
 def test_train_only_trains_each_adapter_once_and_diagnoses_nothing(tmp_path, monkeypatch, capsys):
     import gradian.model.training as training
-    spec = importlib.util.spec_from_file_location("attribution_bench_cli", ROOT / "benchmarks" / "attribution.py")
-    bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench)
+    bench = _bench("attribution_bench_cli")
     calls = []
     def fake_train(data, out, **kw):
         calls.append(Path(out).parent.name); Path(out).mkdir(parents=True, exist_ok=True)
@@ -25,8 +31,7 @@ def test_train_only_trains_each_adapter_once_and_diagnoses_nothing(tmp_path, mon
 
 def test_retrain_table_calls_a_retraining_of_another_accused_set_stale():
     "A saved retraining counts only where it removed as many rows, and as many culprits, as today's accused set holds."
-    spec = importlib.util.spec_from_file_location("attribution_bench_rt", ROOT / "benchmarks" / "attribution.py")
-    bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench)
+    bench = _bench("attribution_bench_rt")
     rand = {f"random{j}": dict(recovered=0.1 * j) for j in range(5)}
     rt = dict(accused=dict(recovered=0.8, culprits_removed=9), removal_precision=0.9, accused_rank=1, source="old.json", **rand)
     row = dict(scenario="s", kind="planted", n_culprits=10, retrain=rt)
@@ -41,8 +46,7 @@ def test_retrain_table_calls_a_retraining_of_another_accused_set_stale():
 def test_retrain_check_removes_each_set_once_and_ranks_the_accused(tmp_path, monkeypatch):
     "`retrain_check` and `behaviour_truth.py` share `removal`: each drop set trained once, its level turned into a recovered share."
     import argparse, gradian.evaluation as evaluation, gradian.model.core as core
-    spec = importlib.util.spec_from_file_location("attribution_bench_rc", ROOT / "benchmarks" / "attribution.py")
-    bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench)
+    bench = _bench("attribution_bench_rc")
     sc = bench.build_scenario(bench.SCENARIOS["currency-sentence"]); sc.write(tmp_path / "data")
     culprits, dropped = set(sc.culprits), {}
     def fake_train(spec_, sc_, d, drop=(), tag="adapter", extra=()):
@@ -61,8 +65,7 @@ def test_retrain_check_removes_each_set_once_and_ranks_the_accused(tmp_path, mon
 def test_retrain_check_for_one_of_several_capabilities(tmp_path, monkeypatch):
     "Several causes: one capability's accused set removed, every set trained once under its own tag, the other capability watched."
     import argparse, gradian.evaluation as evaluation, gradian.model.core as core
-    spec = importlib.util.spec_from_file_location("attribution_bench_rc2", ROOT / "benchmarks" / "attribution.py")
-    bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench)
+    bench = _bench("attribution_bench_rc2")
     sc = bench.build_scenario(bench.SCENARIOS["currency-city-two"]); sc.write(tmp_path / "data")
     dropped = {}
     def fake_train(spec_, sc_, d, drop=(), tag="adapter", extra=()):
@@ -84,8 +87,7 @@ def test_retrain_check_for_one_of_several_capabilities(tmp_path, monkeypatch):
 def test_mix_check_retrains_with_general_rows_added(tmp_path, monkeypatch):
     "Diffuse ground truth: the scenario's rows plus one general row per three, none about the evaluated families; the level read back."
     import argparse, gradian.evaluation as evaluation, gradian.model.core as core
-    spec = importlib.util.spec_from_file_location("attribution_bench_mix", ROOT / "benchmarks" / "attribution.py")
-    bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench)
+    bench = _bench("attribution_bench_mix")
     sc = bench.build_scenario(bench.SCENARIOS["diffuse-plural-held"]); sc.write(tmp_path / "data")
     seen = {}
     def fake_train(spec_, sc_, d, drop=(), tag="adapter", extra=()):
@@ -104,8 +106,7 @@ def test_second_rule_evidence_reads_every_row_format():
     "A scenario in real-data shapes (alpaca rows, system prompts) feeds the second rule's evidence; before, alpaca rows raised KeyError."
     import argparse
     from gradian.query.signals import QueryPair
-    spec = importlib.util.spec_from_file_location("attribution_bench_shapes", ROOT / "benchmarks" / "attribution.py")
-    bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench)
+    bench = _bench("attribution_bench_shapes")
     sc = bench.build_scenario(bench.SCENARIOS["list-superlative-held"])
     assert any("instruction" in r for r in sc.train)
     ids = [r["id"] for r in sc.train]
