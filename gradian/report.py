@@ -340,7 +340,7 @@ def _md_refused(self:Report) -> str:
 # %% ../nbs/30_report.ipynb #da27a31c
 @patch
 def _md_provenance(self:Report) -> str:
-    "Engine, query signal (and why), stage timings, then every manifest field as a table row, folded."
+    "Engine, query signal (and why), stage timings, then every manifest field as a table row."
     p = self.provenance
     rows = [[k, _fmt(v, signed=False)] for k, v in _flatten(p.get("manifest", {}))]
     parts = [f"Engine: {md_code(json.dumps(p.get('engine')))}",
@@ -352,10 +352,8 @@ def _md_provenance(self:Report) -> str:
                if p.get("query_set_aside") else []),
              "Stage timings (seconds): "
              + ", ".join(f"{md_escape(k)} {v:.1f}" for k, v in p.get("timings", {}).items()),
-             "", f"<details><summary>Every manifest field ({len(rows)}; all of it in "
-                 '<a href="report.json">report.json</a>, <code>provenance.manifest</code>)</summary>', "",
-             _md_table(rows, ["manifest field", "value"]), "",
-             "</details>"]
+             "", f"Every manifest field ({len(rows)}), also in report.json under `provenance.manifest` (report.html "
+                 "folds this table; markdown stays free of raw HTML):", "", _md_table(rows, ["manifest field", "value"])]
     return "\n".join(parts)
 
 # %% ../nbs/30_report.ipynb #ce0c0bd5
